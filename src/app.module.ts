@@ -1,0 +1,33 @@
+import { type DynamicModule, Module } from '@nestjs/common';
+import { APP_FILTER } from '@nestjs/core';
+import { LoggerModule } from 'nestjs-pino';
+import { AuthModule } from './auth/auth.module.js';
+import { CatalogModule } from './catalog/catalog.module.js';
+import { loggerParams } from './common/logging.js';
+import { ProblemFilter } from './common/problem.filter.js';
+import type { AppConfig } from './config/config.js';
+import { ConfigModule } from './config/config.module.js';
+import { ContractModule } from './contract/contract.module.js';
+import { DatabaseModule } from './database/database.module.js';
+import { HealthModule } from './health/health.module.js';
+import { RedisModule } from './redis/redis.module.js';
+
+@Module({})
+export class AppModule {
+  /** The API and the worker share one image and one module tree; ROLE picks which halves boot. */
+  static forRole(config: AppConfig): DynamicModule {
+    const api = config.runsApi ? [AuthModule, CatalogModule, ContractModule] : [];
+    return {
+      module: AppModule,
+      imports: [
+        ConfigModule.forRoot(config),
+        LoggerModule.forRoot(loggerParams(config)),
+        DatabaseModule,
+        RedisModule,
+        HealthModule,
+        ...api,
+      ],
+      providers: [{ provide: APP_FILTER, useClass: ProblemFilter }],
+    };
+  }
+}

@@ -1,0 +1,35 @@
+import { type CanActivate, type ExecutionContext, Injectable } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { DomainError } from '../common/problem.js';
+import { ApiKeyService } from './api-key.service.js';
+import { type AuthenticatedRequest, IS_PUBLIC } from './auth.decorators.js';
+
+/** Every route needs `Authorization: Bearer <api_key>` unless marked @Public(). */
+@Injectable()
+export class ApiKeyGuard implements CanActivate {
+  constructor(
+    private readonly reflector: Reflector,
+    private readonly apiKeys: ApiKeyService,
+  ) {}
+
+  async canActivate(context: ExecutionContext): Promise<boolean> {
+    const isPublic = this.reflector.getAllAndOverride<boolean>(IS_PUBLIC, [context.getHandler(), context.getClass()]);
+    if (isPublic) return true;
+
+    const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
+    const match = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '');
+    if (!match) {
+      throw new DomainError('unauthorized', 'Send an API key as "Authorization: Bearer <api_key>".', {
+        headers: { 'WWW-Authenticate': 'Bearer' },
+      });
+    }
+    const principal = await this.apiKeys.authenticate(match[1]);
+    if (!principal) {
+      throw new DomainError('unauthorized', 'The API key is unknown or revoked.', {
+        headers: { 'WWW-Authenticate': 'Bearer error="invalid_token"' },
+      });
+    }
+    request.principal = principal;
+    return true;
+  }
+}

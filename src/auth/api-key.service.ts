@@ -1,0 +1,100 @@
+import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
+import { DataSource, IsNull } from 'typeorm';
+import { AppConfig } from '../config/config.js';
+import { ApiKey } from './api-key.entity.js';
+import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from './api-key.js';
+import { User } from './user.entity.js';
+
+export interface ApiKeyListing {
+  prefix: string;
+  user: string;
+  createdAt: Date;
+  revokedAt: Date | null;
+}
+
+export interface Principal {
+  userId: string;
+}
+
+@Injectable()
+export class ApiKeyService {
+  /**
+   * Authenticated keys by their hash, so polling clients cost no extra query. A revoked key stays valid
+   * in a process for at most AUTH_CACHE_TTL_MS.
+   */
+  private readonly cache = new Map<string, { principal: Principal; expiresAt: number }>();
+  private static readonly CACHE_MAX_ENTRIES = 10_000;
+
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly config: AppConfig,
+  ) {}
+
+  /** Creates the user if new and returns a fresh key; the key is not stored and cannot be shown again. */
+  async create(userName: string): Promise<string> {
+    return this.dataSource.transaction(async (manager) => {
+      await manager
+        .createQueryBuilder()
+        .insert()
+        .into(User)
+        .values({ id: randomUUID(), name: userName })
+        .orIgnore()
+        .execute();
+      const user = await manager.findOneByOrFail(User, { name: userName });
+      const key = generateApiKey();
+      await manager.insert(ApiKey, {
+        id: randomUUID(),
+        userId: user.id,
+        prefix: lookupPrefix(key),
+        keyHash: hashApiKey(key),
+      });
+      return key;
+    });
+  }
+
+  async list(): Promise<ApiKeyListing[]> {
+    const keys = await this.dataSource.getRepository(ApiKey).find({
+      relations: { user: true },
+      order: { createdAt: 'ASC' },
+    });
+    return keys.map((key) => ({
+      prefix: key.prefix,
+      user: key.user.name,
+      createdAt: key.createdAt,
+      revokedAt: key.revokedAt,
+    }));
+  }
+
+  /** Revokes by the whole key or by the prefix `list` shows; returns how many keys were revoked. */
+  async revoke(keyOrPrefix: string): Promise<number> {
+    const result = await this.dataSource
+      .getRepository(ApiKey)
+      .update({ prefix: lookupPrefix(keyOrPrefix), revokedAt: IsNull() }, { revokedAt: () => 'now()' });
+    this.cache.clear();
+    return result.affected ?? 0;
+  }
+
+  async authenticate(key: string): Promise<Principal | undefined> {
+    if (!isWellFormedApiKey(key)) return undefined;
+    const hash = hashApiKey(key);
+    const cacheKey = hash.toString('base64');
+    const cached = this.cache.get(cacheKey);
+    if (cached && cached.expiresAt > Date.now()) return cached.principal;
+
+    const row = await this.dataSource
+      .getRepository(ApiKey)
+      .findOneBy({ prefix: lookupPrefix(key), revokedAt: IsNull() });
+    if (!row || !hashesEqual(row.keyHash, hash)) return undefined;
+    const principal = { userId: row.userId };
+    this.remember(cacheKey, principal);
+    return principal;
+  }
+
+  private remember(cacheKey: string, principal: Principal): void {
+    if (this.config.authCacheTtlMs === 0) return;
+    if (this.cache.size >= ApiKeyService.CACHE_MAX_ENTRIES) this.cache.clear();
+    this.cache.set(cacheKey, { principal, expiresAt: Date.now() + this.config.authCacheTtlMs });
+  }
+}

@@ -1,0 +1,174 @@
+/**
+ * The one catalog of tools, generation types and their inputs. The tools list, the generation types
+ * endpoint, upload validation and the worker's choice of pipeline all read it.
+ */
+import type { components } from '../generated/openapi.js';
+
+export interface CatalogInput {
+  name: components['schemas']['GenerationInput']['name'];
+  kind: 'image' | 'text';
+  required: boolean;
+  description: string;
+  /** For text inputs only. */
+  maxLength?: number;
+}
+
+export interface CatalogGenerationType {
+  id: string;
+  title: string;
+  description: string;
+}
+
+export interface CatalogTool {
+  id: string;
+  group: 'fashion' | 'interior' | 'textile' | 'default';
+  title: string;
+  inputs: readonly CatalogInput[];
+  /** The first one is the tool's default. */
+  generationTypes: readonly CatalogGenerationType[];
+}
+
+const clothes: CatalogInput = {
+  name: 'clothes',
+  kind: 'image',
+  required: true,
+  description: 'Photo of the garment, ideally flat or on a plain background.',
+};
+const person: CatalogInput = {
+  name: 'person',
+  kind: 'image',
+  required: true,
+  description: 'Photo of the person, standing and facing the camera, on a plain background.',
+};
+
+export const CATALOG: readonly CatalogTool[] = [
+  {
+    id: 'fashion_swap',
+    group: 'fashion',
+    title: 'Virtual try-on',
+    inputs: [clothes, person],
+    generationTypes: [
+      {
+        id: 'fashion_swap_full',
+        title: 'Full outfit',
+        description: 'Dresses the person in the garment, fitted over the torso.',
+      },
+    ],
+  },
+  {
+    id: 'fashion_swap_half',
+    group: 'fashion',
+    title: 'Half-body try-on',
+    inputs: [clothes, person],
+    generationTypes: [
+      { id: 'upper', title: 'Upper half', description: 'Places a top on the upper body, shoulders to hips.' },
+      { id: 'lower', title: 'Lower half', description: 'Places trousers or a skirt on the lower body, hips to ankles.' },
+    ],
+  },
+  {
+    id: 'fashion_card',
+    group: 'fashion',
+    title: 'Product card',
+    inputs: [clothes],
+    generationTypes: [
+      {
+        id: 'product_card',
+        title: 'Product card',
+        description: 'The garment cut out and centred on a clean background with margins and a soft shadow.',
+      },
+    ],
+  },
+  {
+    id: 'lengerie',
+    group: 'fashion',
+    title: 'Lingerie try-on',
+    inputs: [clothes, person],
+    generationTypes: [
+      {
+        id: 'lengerie_swap',
+        title: 'Lingerie try-on',
+        description: 'Dresses the person in the lingerie piece, fitted over the torso.',
+      },
+    ],
+  },
+  {
+    id: 'furniture',
+    group: 'interior',
+    title: 'Furniture placement',
+    inputs: [
+      { name: 'room', kind: 'image', required: true, description: 'Photo of the room, floor visible.' },
+      {
+        name: 'furniture',
+        kind: 'image',
+        required: true,
+        description: 'Photo of the piece of furniture on a plain background.',
+      },
+    ],
+    generationTypes: [
+      {
+        id: 'furniture_placement',
+        title: 'Place furniture',
+        description: 'The piece cut out and placed on the floor of the room, scaled, with a contact shadow.',
+      },
+    ],
+  },
+  {
+    id: 'fabric',
+    group: 'textile',
+    title: 'Fabric retexture',
+    inputs: [
+      { name: 'fabric', kind: 'image', required: true, description: 'Photo or scan of the fabric pattern.' },
+      {
+        name: 'target',
+        kind: 'image',
+        required: true,
+        description: 'Photo of the object to retexture (a sofa, a cushion, a garment) on a plain background.',
+      },
+    ],
+    generationTypes: [
+      {
+        id: 'fabric_retexture',
+        title: 'Retexture',
+        description: "The fabric laid over the object, keeping the object's light and shadows.",
+      },
+    ],
+  },
+  {
+    id: 'default',
+    group: 'default',
+    title: 'Image enhance',
+    inputs: [
+      { name: 'image', kind: 'image', required: true, description: 'The photo to enhance.' },
+      {
+        name: 'prompt',
+        kind: 'text',
+        required: false,
+        maxLength: 1000,
+        description: 'Optional description of the wanted result, at most 1000 characters; recorded with the job.',
+      },
+    ],
+    generationTypes: [
+      { id: 'enhance', title: 'Enhance', description: 'Normalised contrast and gentle sharpening.' },
+    ],
+  },
+];
+
+export const TOOL_IDS: readonly string[] = CATALOG.map((tool) => tool.id);
+
+const toolsById = new Map(CATALOG.map((tool) => [tool.id, tool]));
+const toolByGenerationType = new Map(
+  CATALOG.flatMap((tool) => tool.generationTypes.map((type) => [type.id, tool] as const)),
+);
+
+export function findTool(id: string): CatalogTool | undefined {
+  return toolsById.get(id);
+}
+
+export function isGenerationType(id: string): boolean {
+  return toolByGenerationType.has(id);
+}
+
+/** Every input name any tool accepts, so an upload can tell an unknown field from another tool's field. */
+export const ALL_INPUT_NAMES: ReadonlySet<string> = new Set(
+  CATALOG.flatMap((tool) => tool.inputs.map((input) => input.name)),
+);

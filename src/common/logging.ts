@@ -1,0 +1,37 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Params } from 'nestjs-pino';
+import type { AppConfig } from '../config/config.js';
+
+const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** A client's own X-Request-Id is kept when it is sane, so one id follows a request across systems. */
+function requestId(request: IncomingMessage, response: ServerResponse): string {
+  const incoming = request.headers['x-request-id'];
+  const id = typeof incoming === 'string' && CLIENT_REQUEST_ID.test(incoming) ? incoming : randomUUID();
+  response.setHeader('X-Request-Id', id);
+  return id;
+}
+
+export function loggerParams(config: AppConfig): Params {
+  return {
+    pinoHttp: {
+      level: config.logLevel,
+      genReqId: requestId,
+      // Keys and anything that could carry one never reach a log line.
+      redact: {
+        paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["idempotency-key"]', 'req.query'],
+        remove: true,
+      },
+      serializers: {
+        req: (req: { id: string; method: string; url: string }) => ({
+          id: req.id,
+          method: req.method,
+          url: req.url.split('?')[0],
+        }),
+      },
+      customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),
+      autoLogging: { ignore: (req) => req.url?.startsWith('/health/') ?? false },
+    },
+  };
+}

@@ -1,0 +1,97 @@
+import { ArgumentsHost, Catch, ExceptionFilter, HttpException, Logger } from '@nestjs/common';
+import type { Response } from 'express';
+import { DomainError, type ProblemCode } from './problem.js';
+
+/** Seconds a client should wait before retrying when a backing service is down. */
+const UNAVAILABLE_RETRY_AFTER_SECONDS = '5';
+
+/** Turns every error into an RFC 9457 problem; nothing internal (stack, driver message, path) reaches the client. */
+@Catch()
+export class ProblemFilter implements ExceptionFilter {
+  private readonly logger = new Logger('ProblemFilter');
+
+  catch(exception: unknown, host: ArgumentsHost): void {
+    const response = host.switchToHttp().getResponse<Response>();
+    const error = toDomainError(exception);
+    if (error.code === 'internal_error') {
+      this.logger.error({ err: exception }, 'unhandled error');
+    } else if (error.code === 'service_unavailable') {
+      this.logger.warn({ err: exception }, 'backing service unavailable');
+    }
+    if (response.headersSent) {
+      response.destroy();
+      return;
+    }
+    for (const [name, value] of Object.entries(error.options.headers ?? {})) response.setHeader(name, value);
+    response.status(error.status).type('application/problem+json').send(JSON.stringify(error.toProblem()));
+  }
+}
+
+const HTTP_STATUS_CODES: Record<number, ProblemCode> = {
+  400: 'bad_request',
+  401: 'unauthorized',
+  404: 'not_found',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  429: 'rate_limited',
+  503: 'service_unavailable',
+};
+
+export function toDomainError(exception: unknown): DomainError {
+  if (exception instanceof DomainError) return exception;
+  if (isUnavailable(exception)) {
+    return new DomainError('service_unavailable', 'A backing service is unavailable; retry shortly.', {
+      headers: { 'Retry-After': UNAVAILABLE_RETRY_AFTER_SECONDS },
+    });
+  }
+  const status = httpStatusOf(exception);
+  if (status === 404) return new DomainError('not_found', 'No such resource.');
+  if (status === 405) return new DomainError('not_found', 'No such resource.');
+  if (status === 413) return new DomainError('payload_too_large', 'The request body is too large.');
+  if (status === 415) return new DomainError('unsupported_media_type', 'Unsupported content type.');
+  if (status !== undefined && status >= 400 && status < 500) {
+    const code = HTTP_STATUS_CODES[status] ?? 'bad_request';
+    return new DomainError(code, clientMessage(exception, status));
+  }
+  return new DomainError('internal_error', 'An unexpected error occurred.');
+}
+
+function httpStatusOf(exception: unknown): number | undefined {
+  if (exception instanceof HttpException) return exception.getStatus();
+  // body-parser and other Express middleware mark client errors with `status`/`statusCode`.
+  const candidate = exception as { status?: unknown; statusCode?: unknown } | null;
+  const status = candidate?.status ?? candidate?.statusCode;
+  return typeof status === 'number' ? status : undefined;
+}
+
+function clientMessage(exception: unknown, status: number): string {
+  const type = (exception as { type?: unknown }).type;
+  if (type === 'entity.parse.failed') return 'The request body is not valid JSON.';
+  if (type === 'encoding.unsupported' || type === 'charset.unsupported') return 'Unsupported body encoding.';
+  if (exception instanceof HttpException && status !== 400) return exception.message;
+  return 'The request is malformed.';
+}
+
+const UNAVAILABLE_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EPIPE', 'EHOSTUNREACH']);
+
+/** Connection failures of PostgreSQL or Redis: the client may retry, so they are 503, never 500. */
+export function isUnavailable(exception: unknown): boolean {
+  for (let e = exception as { code?: unknown; message?: unknown; cause?: unknown } | undefined; e; ) {
+    if (typeof e.code === 'string' && (UNAVAILABLE_ERRNOS.has(e.code) || e.code.startsWith('57P'))) return true;
+    if (typeof e.message === 'string' && UNAVAILABLE_MESSAGES.some((m) => (e!.message as string).includes(m))) {
+      return true;
+    }
+    if (exception instanceof AggregateError && exception.errors.some(isUnavailable)) return true;
+    e = e.cause as typeof e;
+  }
+  return false;
+}
+
+const UNAVAILABLE_MESSAGES = [
+  'Connection terminated',
+  'timeout exceeded when trying to connect',
+  'Client has encountered a connection error',
+  'Connection is closed',
+  "Stream isn't writeable",
+  'Driver not Connected',
+];

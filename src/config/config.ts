@@ -1,0 +1,176 @@
+import { resolve } from 'node:path';
+import { TOOL_IDS } from '../catalog/catalog.js';
+
+export type Role = 'api' | 'worker' | 'all';
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+/** `local` runs the built-in sharp pipeline; `cog:<url>` sends the job to a Cog prediction server. */
+export type EngineSetting = { kind: 'local' } | { kind: 'cog'; url: string };
+
+/** Every setting of the service, read from the environment once at boot. */
+export class AppConfig {
+  readonly role: Role;
+  readonly host: string;
+  readonly port: number;
+  readonly logLevel: LogLevel;
+  readonly publicBaseUrl: string;
+  /** Unset means: run on the embedded PostgreSQL (PGlite) under `embeddedDbDir`. */
+  readonly databaseUrl: string | undefined;
+  readonly embeddedDbDir: string;
+  readonly embeddedDbPort: number;
+  readonly dbPoolSize: number;
+  readonly redisUrl: string;
+  /** Namespace of every Redis key the service writes, so several deployments or test runs share one Redis. */
+  readonly redisPrefix: string;
+  readonly mediaRoot: string;
+  readonly inputRoot: string;
+  readonly uploadTmpDir: string;
+  readonly uploadMaxFileBytes: number;
+  readonly uploadMaxParts: number;
+  readonly imageMinSide: number;
+  readonly imageMaxSide: number;
+  readonly imageMaxPixels: number;
+  readonly limitMaxPending: number;
+  readonly limitCreationsPerMinute: number;
+  readonly workerConcurrency: number;
+  readonly jobAttempts: number;
+  readonly jobBackoffMs: number;
+  readonly jobDeadlineMs: number;
+  readonly reconcileIntervalMs: number;
+  readonly shutdownTimeoutMs: number;
+  readonly authCacheTtlMs: number;
+  readonly engines: Readonly<Record<string, EngineSetting>>;
+
+  constructor(env: NodeJS.ProcessEnv) {
+    const read = new EnvReader(env);
+    this.role = read.oneOf('ROLE', ['api', 'worker', 'all'] as const, 'all');
+    this.host = read.string('HOST', '0.0.0.0');
+    this.port = read.int('PORT', 3000, 0, 65535);
+    this.logLevel = read.oneOf('LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info');
+    this.publicBaseUrl = read.url('PUBLIC_BASE_URL', `http://localhost:${this.port}`).replace(/\/+$/, '');
+    this.databaseUrl = read.optionalUrl('DATABASE_URL', ['postgres:', 'postgresql:']);
+    this.embeddedDbDir = resolve(read.string('EMBEDDED_DB_DIR', './data/pglite'));
+    this.embeddedDbPort = read.int('EMBEDDED_DB_PORT', 54329, 1, 65535);
+    this.dbPoolSize = read.int('DB_POOL_SIZE', 10, 1, 1000);
+    this.redisUrl = read.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:']);
+    this.redisPrefix = read.string('REDIS_PREFIX', 'igs');
+    this.mediaRoot = resolve(read.string('MEDIA_ROOT', './data/media'));
+    this.inputRoot = resolve(read.string('INPUT_ROOT', './data/inputs'));
+    this.uploadTmpDir = resolve(read.string('UPLOAD_TMP_DIR', './data/tmp'));
+    this.uploadMaxFileBytes = read.int('UPLOAD_MAX_FILE_BYTES', 10 * 1024 * 1024, 1024, 1024 ** 3);
+    this.uploadMaxParts = read.int('UPLOAD_MAX_PARTS', 10, 1, 100);
+    this.imageMinSide = read.int('IMAGE_MIN_SIDE', 64, 1, 65535);
+    this.imageMaxSide = read.int('IMAGE_MAX_SIDE', 8192, this.imageMinSide, 65535);
+    this.imageMaxPixels = read.int('IMAGE_MAX_PIXELS', 40_000_000, 1, 1_000_000_000);
+    this.limitMaxPending = read.int('LIMIT_MAX_PENDING', 10, 1, 1_000_000);
+    this.limitCreationsPerMinute = read.int('LIMIT_CREATIONS_PER_MINUTE', 60, 1, 1_000_000);
+    this.workerConcurrency = read.int('WORKER_CONCURRENCY', 2, 1, 256);
+    this.jobAttempts = read.int('JOB_ATTEMPTS', 3, 1, 20);
+    this.jobBackoffMs = read.int('JOB_BACKOFF_MS', 1000, 0, 3_600_000);
+    this.jobDeadlineMs = read.int('JOB_DEADLINE_MS', 15 * 60_000, 1000, 7 * 24 * 3_600_000);
+    this.reconcileIntervalMs = read.int('RECONCILE_INTERVAL_MS', 30_000, 100, 3_600_000);
+    this.shutdownTimeoutMs = read.int('SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000);
+    this.authCacheTtlMs = read.int('AUTH_CACHE_TTL_MS', 10_000, 0, 3_600_000);
+    this.engines = Object.fromEntries(
+      TOOL_IDS.map((tool) => [tool, read.engine(`ENGINE_${tool.toUpperCase()}`)]),
+    );
+    read.throwIfInvalid();
+  }
+
+  get usesEmbeddedDatabase(): boolean {
+    return this.databaseUrl === undefined;
+  }
+
+  get runsApi(): boolean {
+    return this.role !== 'worker';
+  }
+
+  get runsWorker(): boolean {
+    return this.role !== 'api';
+  }
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Collects every bad variable before failing, so one boot names them all. */
+class EnvReader {
+  private readonly problems: string[] = [];
+
+  constructor(private readonly env: NodeJS.ProcessEnv) {}
+
+  private raw(name: string): string | undefined {
+    const value = this.env[name]?.trim();
+    return value === '' ? undefined : value;
+  }
+
+  string(name: string, fallback: string): string {
+    return this.raw(name) ?? fallback;
+  }
+
+  int(name: string, fallback: number, min: number, max: number): number {
+    const value = this.raw(name);
+    if (value === undefined) return fallback;
+    const parsed = /^-?\d+$/.test(value) ? Number(value) : NaN;
+    if (!Number.isSafeInteger(parsed) || parsed < min || parsed > max) {
+      this.problems.push(`${name} must be a whole number from ${min} to ${max}, got "${value}"`);
+      return fallback;
+    }
+    return parsed;
+  }
+
+  oneOf<T extends string>(name: string, allowed: readonly T[], fallback: T): T {
+    const value = this.raw(name);
+    if (value === undefined) return fallback;
+    if (!(allowed as readonly string[]).includes(value)) {
+      this.problems.push(`${name} must be one of ${allowed.join(', ')}, got "${value}"`);
+      return fallback;
+    }
+    return value as T;
+  }
+
+  url(name: string, fallback: string, protocols?: string[]): string {
+    return this.optionalUrl(name, protocols) ?? fallback;
+  }
+
+  optionalUrl(name: string, protocols: string[] = ['http:', 'https:']): string | undefined {
+    const value = this.raw(name);
+    if (value === undefined) return undefined;
+    let protocol: string | undefined;
+    try {
+      protocol = new URL(value).protocol;
+    } catch {
+      protocol = undefined;
+    }
+    if (!protocol || !protocols.includes(protocol)) {
+      // The value may hold a password, so it is never echoed.
+      this.problems.push(`${name} must be a URL starting with ${protocols.map((p) => `${p}//`).join(' or ')}`);
+      return undefined;
+    }
+    return value;
+  }
+
+  engine(name: string): EngineSetting {
+    const value = this.raw(name);
+    if (value === undefined || value === 'local') return { kind: 'local' };
+    if (value.startsWith('cog:')) {
+      const url = value.slice('cog:'.length);
+      if (/^https?:\/\/[^/]/.test(url)) return { kind: 'cog', url: url.replace(/\/+$/, '') };
+    }
+    this.problems.push(`${name} must be "local" or "cog:<http(s) URL of a Cog server>", got "${value}"`);
+    return { kind: 'local' };
+  }
+
+  throwIfInvalid(): void {
+    if (this.problems.length > 0) throw new ConfigError(this.problems);
+  }
+}
+
+/** The one read of the process environment. */
+export function loadConfig(): AppConfig {
+  return new AppConfig(process.env);
+}

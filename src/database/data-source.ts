@@ -1,0 +1,42 @@
+import { DataSource, type DataSourceOptions } from 'typeorm';
+import { ApiKey } from '../auth/api-key.entity.js';
+import { User } from '../auth/user.entity.js';
+import { HistoryItem } from '../history/history-item.entity.js';
+import { Initial1795292142970 } from './migrations/1795292142970-Initial.js';
+
+export const ENTITIES = [User, ApiKey, HistoryItem];
+export const MIGRATIONS = [Initial1795292142970];
+
+/** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */
+const MIGRATION_LOCK_ID = 7_294_310_551;
+
+export function dataSourceOptions(url: string, poolSize: number): DataSourceOptions {
+  return {
+    type: 'postgres',
+    url,
+    entities: ENTITIES,
+    migrations: MIGRATIONS,
+    migrationsTableName: 'migrations',
+    synchronize: false,
+    migrationsRun: false,
+    logging: false,
+    extra: { max: poolSize, connectionTimeoutMillis: 2000 },
+  };
+}
+
+/** Applies pending migrations while holding a PostgreSQL advisory lock, so replicas can start together. */
+export async function migrateUnderLock(dataSource: DataSource): Promise<string[]> {
+  const runner = dataSource.createQueryRunner();
+  await runner.connect();
+  try {
+    await runner.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
+    try {
+      const applied = await dataSource.runMigrations({ transaction: 'each' });
+      return applied.map((migration) => migration.name);
+    } finally {
+      await runner.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_ID]);
+    }
+  } finally {
+    await runner.release();
+  }
+}

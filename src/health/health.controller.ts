@@ -1,0 +1,40 @@
+import { Controller, Get, Inject } from '@nestjs/common';
+import { HealthCheck, HealthCheckService, HealthIndicatorService, TypeOrmHealthIndicator } from '@nestjs/terminus';
+import type { Redis } from 'ioredis';
+import { Public } from '../auth/auth.decorators.js';
+import { REDIS } from '../redis/redis.module.js';
+
+const CHECK_TIMEOUT_MS = 1500;
+
+@Public()
+@Controller('health')
+export class HealthController {
+  constructor(
+    private readonly health: HealthCheckService,
+    private readonly db: TypeOrmHealthIndicator,
+    private readonly indicators: HealthIndicatorService,
+    @Inject(REDIS) private readonly redis: Redis,
+  ) {}
+
+  /** The process is up; says nothing of its dependencies, so a restart never follows a database outage. */
+  @Get('live')
+  @HealthCheck()
+  live() {
+    return this.health.check([]);
+  }
+
+  @Get('ready')
+  @HealthCheck()
+  ready() {
+    return this.health.check([
+      () => this.db.pingCheck('database', { timeout: CHECK_TIMEOUT_MS }),
+      () =>
+        this.indicators
+          .check('redis')
+          .attempt(async () => {
+            await this.redis.ping();
+          })
+          .withTimeout(CHECK_TIMEOUT_MS),
+    ]);
+  }
+}

@@ -1,0 +1,71 @@
+import { Check, Column, Entity, Index, JoinColumn, ManyToOne, PrimaryColumn, type Relation } from 'typeorm';
+import { User } from '../auth/user.entity.js';
+
+export type JobStatus = 'pending' | 'complete' | 'error';
+export type JobErrorCode = 'invalid_image' | 'engine_failed' | 'timeout' | 'canceled';
+
+/** Where a stored input lives (private storage) and what its bytes were found to be at upload. */
+export interface StoredInput {
+  key: string;
+  format: 'jpeg' | 'png' | 'webp';
+  width: number;
+  height: number;
+  bytes: number;
+}
+
+/**
+ * One generation job. The row is written before the job is queued, so it is the outbox the reconciler
+ * re-enqueues from. List queries walk (user, [status], [generation_type], created_at, id) backwards.
+ */
+@Entity({ name: 'history_items' })
+@Check('history_items_status_check', `"status" IN ('pending', 'complete', 'error')`)
+@Check('history_items_error_check', `("status" = 'error') = ("error_code" IS NOT NULL)`)
+@Index('history_items_user_created', ['userId', 'createdAt', 'id'])
+@Index('history_items_user_status_created', ['userId', 'status', 'createdAt', 'id'])
+@Index('history_items_user_type_created', ['userId', 'generationType', 'createdAt', 'id'])
+@Index('history_items_user_status_type_created', ['userId', 'status', 'generationType', 'createdAt', 'id'])
+@Index('history_items_pending_created', ['createdAt'], { where: `"status" = 'pending'` })
+export class HistoryItem {
+  @PrimaryColumn({ type: 'uuid' })
+  id: string;
+
+  @Column({ name: 'user_id', type: 'uuid' })
+  userId: string;
+
+  @ManyToOne(() => User, { onDelete: 'CASCADE' })
+  @JoinColumn({ name: 'user_id' })
+  user: Relation<User>;
+
+  @Column({ type: 'text' })
+  tool: string;
+
+  @Column({ name: 'generation_type', type: 'text' })
+  generationType: string;
+
+  @Column({ type: 'text', default: 'pending' })
+  status: JobStatus;
+
+  @Column({ type: 'jsonb' })
+  inputs: Record<string, StoredInput>;
+
+  @Column({ type: 'jsonb', default: () => `'{}'` })
+  texts: Record<string, string>;
+
+  @Column({ type: 'boolean', nullable: true })
+  like: boolean | null;
+
+  @Column({ name: 'error_code', type: 'text', nullable: true })
+  errorCode: JobErrorCode | null;
+
+  @Column({ name: 'error_message', type: 'text', nullable: true })
+  errorMessage: string | null;
+
+  @Column({ name: 'created_at', type: 'timestamptz', default: () => 'now()' })
+  createdAt: Date;
+
+  @Column({ name: 'updated_at', type: 'timestamptz', default: () => 'now()' })
+  updatedAt: Date;
+
+  @Column({ name: 'completed_at', type: 'timestamptz', nullable: true })
+  completedAt: Date | null;
+}

@@ -1,0 +1,37 @@
+import 'reflect-metadata';
+import { NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
+import { Logger } from 'nestjs-pino';
+import { AppModule } from './app.module.js';
+import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
+import { Contract } from './contract/contract.js';
+import { assertRedisReachable } from './redis/redis.js';
+
+async function bootstrap(config: AppConfig): Promise<void> {
+  await assertRedisReachable(config.redisUrl);
+  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), { bufferLogs: true });
+  app.useLogger(app.get(Logger));
+  app.disable('x-powered-by');
+  app.enableShutdownHooks();
+  if (config.runsApi) {
+    SwaggerModule.setup('docs', app, app.get(Contract).document as unknown as OpenAPIObject, {
+      raw: false,
+      customSiteTitle: 'Image generation service API',
+    });
+  }
+  await app.listen(config.port, config.host);
+  app.get(Logger).log(`Serving role "${config.role}" on ${config.publicBaseUrl}`, 'Bootstrap');
+}
+
+let config: AppConfig;
+try {
+  config = loadConfig();
+} catch (error) {
+  process.stderr.write(`${error instanceof ConfigError ? error.message : String(error)}\n`);
+  process.exit(1);
+}
+bootstrap(config).catch((error: unknown) => {
+  process.stderr.write(`Startup failed: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});

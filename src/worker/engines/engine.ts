@@ -1,0 +1,34 @@
+/** One decoded image handed to an engine: the private input file's bytes, already validated at upload. */
+export type EngineImages = Readonly<Record<string, Buffer>>;
+
+export interface EngineRequest {
+  tool: string;
+  generationType: string;
+  images: EngineImages;
+  /** Text inputs of the tool, e.g. `prompt` for the default tool. */
+  texts: Readonly<Record<string, string>>;
+  signal?: AbortSignal;
+}
+
+/**
+ * The engine's single result image. Local engines hand back raw pixels so the renderer encodes once;
+ * remote engines hand back the encoded file they received.
+ */
+export type EngineImage =
+  | { kind: 'raw'; data: Buffer; width: number; height: number; channels: 3 | 4 }
+  | { kind: 'encoded'; data: Buffer };
+
+export interface Engine {
+  generate(request: EngineRequest): Promise<EngineImage>;
+}
+
+/** A failure that will fail again on retry (an input that does not decode, a rejected request). */
+export class PermanentEngineError extends Error {
+  constructor(
+    readonly code: 'invalid_image' | 'engine_failed',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'PermanentEngineError';
+  }
+}
