@@ -1,5 +1,6 @@
-import { Controller, Get, Inject } from '@nestjs/common';
+import { Controller, Get, Inject, Res, ServiceUnavailableException } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, HealthIndicatorService, TypeOrmHealthIndicator } from '@nestjs/terminus';
+import type { Response } from 'express';
 import type { Redis } from 'ioredis';
 import { Public } from '../auth/auth.decorators.js';
 import { REDIS } from '../redis/redis.module.js';
@@ -23,18 +24,25 @@ export class HealthController {
     return this.health.check([]);
   }
 
+  /** 503 carries terminus's report, not a problem, so an operator sees which dependency is down. */
   @Get('ready')
   @HealthCheck()
-  ready() {
-    return this.health.check([
+  async ready(@Res({ passthrough: true }) response: Response) {
+    return this.health
+      .check([
       () => this.db.pingCheck('database', { timeout: CHECK_TIMEOUT_MS }),
       () =>
         this.indicators
-          .check('redis')
+          .check('queue')
           .attempt(async () => {
             await this.redis.ping();
           })
           .withTimeout(CHECK_TIMEOUT_MS),
-    ]);
+      ])
+      .catch((error: unknown) => {
+        if (!(error instanceof ServiceUnavailableException)) throw error;
+        response.status(503);
+        return error.getResponse();
+      });
   }
 }
