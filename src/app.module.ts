@@ -9,14 +9,19 @@ import type { AppConfig } from './config/config.js';
 import { ConfigModule } from './config/config.module.js';
 import { ContractModule } from './contract/contract.module.js';
 import { DatabaseModule } from './database/database.module.js';
+import { GenerationModule } from './generation/generation.module.js';
 import { HealthModule } from './health/health.module.js';
+import { HistoryModule } from './history/history.module.js';
+import { MediaApiModule, MediaModule } from './media/media.module.js';
 import { RedisModule } from './redis/redis.module.js';
+import { WorkerModule } from './worker/worker.module.js';
 
 @Module({})
 export class AppModule {
   /** The API and the worker share one image and one module tree; ROLE picks which halves boot. */
   static forRole(config: AppConfig): DynamicModule {
-    const api = config.runsApi ? [AuthModule, CatalogModule, ContractModule] : [];
+    const api = config.runsApi ? [AuthModule, CatalogModule, ContractModule, GenerationModule, HistoryModule, MediaApiModule] : [];
+    const worker = config.runsWorker ? [WorkerModule] : [];
     return {
       module: AppModule,
       imports: [
@@ -25,7 +30,9 @@ export class AppModule {
         DatabaseModule,
         RedisModule,
         HealthModule,
+        MediaModule,
         ...api,
+        ...worker,
       ],
       providers: [{ provide: APP_FILTER, useClass: ProblemFilter }],
     };

@@ -1,9 +1,11 @@
 import 'reflect-metadata';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
 import { AppModule } from './app.module.js';
+import { requestId } from './common/logging.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
 import { Contract } from './contract/contract.js';
 import { assertRedisReachable } from './redis/redis.js';
@@ -13,7 +15,13 @@ async function bootstrap(config: AppConfig): Promise<void> {
   const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), { bufferLogs: true });
   app.useLogger(app.get(Logger));
   app.disable('x-powered-by');
-  app.enableShutdownHooks();
+  // First in the chain, so answers made before Nest's middleware runs (an unparsable body, Swagger UI) carry one.
+  app.use((request: IncomingMessage, response: ServerResponse, next: () => void) => {
+    requestId(request, response);
+    next();
+  });
+  // process.exit(0) after the shutdown hooks, instead of re-raising the signal: SIGTERM ends with exit code 0.
+  app.enableShutdownHooks([], { useProcessExit: true });
   if (config.runsApi) {
     SwaggerModule.setup('docs', app, app.get(Contract).document as unknown as OpenAPIObject, {
       raw: false,

@@ -5,10 +5,16 @@ import type { AppConfig } from '../config/config.js';
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
-/** A client's own X-Request-Id is kept when it is sane, so one id follows a request across systems. */
-function requestId(request: IncomingMessage, response: ServerResponse): string {
+/**
+ * A client's own X-Request-Id is kept when it is sane, so one id follows a request across systems.
+ * The first call for a request decides (main.ts calls it before any parser or route, the logger again).
+ */
+export function requestId(request: IncomingMessage, response: ServerResponse): string {
+  const assigned = (request as IncomingMessage & { id?: unknown }).id;
+  if (typeof assigned === 'string') return assigned;
   const incoming = request.headers['x-request-id'];
   const id = typeof incoming === 'string' && CLIENT_REQUEST_ID.test(incoming) ? incoming : randomUUID();
+  (request as IncomingMessage & { id?: string }).id = id;
   response.setHeader('X-Request-Id', id);
   return id;
 }

@@ -36,6 +36,12 @@ export class AppConfig {
   readonly jobAttempts: number;
   readonly jobBackoffMs: number;
   readonly jobDeadlineMs: number;
+  /** How long a worker's claim on a job lasts without renewal; a killed worker's job is free after this. */
+  readonly jobLockMs: number;
+  /** How often workers look for jobs whose claim expired (stalled jobs) and take them back. */
+  readonly jobStalledCheckMs: number;
+  /** How long one engine call may take before it counts as a failed attempt. */
+  readonly engineTimeoutMs: number;
   readonly reconcileIntervalMs: number;
   readonly shutdownTimeoutMs: number;
   readonly authCacheTtlMs: number;
@@ -68,6 +74,9 @@ export class AppConfig {
     this.jobAttempts = read.int('JOB_ATTEMPTS', 3, 1, 20);
     this.jobBackoffMs = read.int('JOB_BACKOFF_MS', 1000, 0, 3_600_000);
     this.jobDeadlineMs = read.int('JOB_DEADLINE_MS', 15 * 60_000, 1000, 7 * 24 * 3_600_000);
+    this.jobLockMs = read.int('JOB_LOCK_MS', 30_000, 500, 3_600_000);
+    this.jobStalledCheckMs = read.int('JOB_STALLED_CHECK_MS', 15_000, 100, 3_600_000);
+    this.engineTimeoutMs = read.int('ENGINE_TIMEOUT_MS', 120_000, 100, 3_600_000);
     this.reconcileIntervalMs = read.int('RECONCILE_INTERVAL_MS', 30_000, 100, 3_600_000);
     this.shutdownTimeoutMs = read.int('SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000);
     this.authCacheTtlMs = read.int('AUTH_CACHE_TTL_MS', 10_000, 0, 3_600_000);

@@ -1,0 +1,125 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { Inject, Injectable } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
+import type { Request, Response } from 'express';
+import { DataSource } from 'typeorm';
+import { DomainError } from '../common/problem.js';
+import { AppConfig } from '../config/config.js';
+import { HistoryItem, type StoredInput } from '../history/history-item.entity.js';
+import { INPUT_STORE, inputKey } from '../media/media.js';
+import type { ObjectStore } from '../media/object-store.js';
+import { JobAcceptedDto } from './generation.dto.js';
+import { GenerationProducer } from './generation.producer.js';
+import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
+import { CreationRateLimit } from './limits.js';
+import { fileDigest, UploadParser, type ValidUpload } from './upload.js';
+
+const PENDING_RETRY_AFTER_SECONDS = '5';
+
+@Injectable()
+export class GenerationService {
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
+    private readonly config: AppConfig,
+    private readonly uploads: UploadParser,
+    private readonly producer: GenerationProducer,
+    private readonly idempotency: IdempotencyKeys,
+    private readonly rateLimit: CreationRateLimit,
+  ) {}
+
+  /** Validates the upload, records the job and queues it; answers what the client is to receive. */
+  async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
+    const idempotencyKey = IdempotencyKeys.validate(request.headers['idempotency-key']);
+    await this.rateLimit.take(userId);
+    const upload = await this.uploads.parse(request, response);
+    try {
+      if (!idempotencyKey) return await this.accept(userId, upload);
+      const fingerprint = await fingerprintOf(upload);
+      const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
+      if (claim.kind === 'replay') return claim.response;
+      try {
+        const accepted = await this.accept(userId, upload);
+        await this.idempotency.complete(claim.key, fingerprint, accepted);
+        return accepted;
+      } catch (error) {
+        await this.idempotency.release(claim.key).catch(() => {});
+        throw error;
+      }
+    } finally {
+      await this.uploads.discard(upload);
+    }
+  }
+
+  /**
+   * The row is written before the job is queued, so nothing accepted can be lost: if queueing fails, the
+   * row and inputs are removed again and the client is told to retry (503).
+   */
+  private async accept(userId: string, upload: ValidUpload): Promise<StoredResponse> {
+    const id = randomUUID();
+    const stored: Record<string, StoredInput> = {};
+    try {
+      for (const [name, image] of Object.entries(upload.images)) {
+        const key = inputKey(id, name);
+        await this.inputs.putFile(key, image.path);
+        stored[name] = { key, format: image.format, width: image.width, height: image.height, bytes: image.bytes };
+      }
+      await this.insertWithinPendingLimit({
+        id,
+        userId,
+        tool: upload.tool.id,
+        generationType: upload.generationType,
+        inputs: stored,
+        texts: upload.texts,
+      });
+    } catch (error) {
+      await this.inputs.deleteFolder(id);
+      throw error;
+    }
+
+    try {
+      await this.producer.enqueue(id);
+    } catch (error) {
+      await this.dataSource.getRepository(HistoryItem).delete({ id });
+      await this.inputs.deleteFolder(id);
+      throw error;
+    }
+    return {
+      status: 202,
+      headers: { Location: `/user/generation-history/${id}` },
+      body: JobAcceptedDto.of(id),
+    };
+  }
+
+  /** The count and the insert run under a per-user lock, so parallel requests cannot overshoot the limit. */
+  private async insertWithinPendingLimit(item: Partial<HistoryItem>): Promise<void> {
+    await this.dataSource.transaction(async (manager) => {
+      await manager.query('SELECT pg_advisory_xact_lock(hashtext($1))', [item.userId]);
+      const [{ pending }] = (await manager.query(
+        `SELECT count(*)::int AS pending FROM history_items WHERE user_id = $1 AND status = 'pending'`,
+        [item.userId],
+      )) as [{ pending: number }];
+      if (pending >= this.config.limitMaxPending) {
+        throw new DomainError(
+          'too_many_pending',
+          `At most ${this.config.limitMaxPending} jobs may be pending at once; wait for some to finish.`,
+          { headers: { 'Retry-After': PENDING_RETRY_AFTER_SECONDS } },
+        );
+      }
+      await manager.insert(HistoryItem, item);
+    });
+  }
+}
+
+/** Same tool, type, texts and file contents: the same request, whatever the part order or file names. */
+async function fingerprintOf(upload: ValidUpload): Promise<string> {
+  const images = await Promise.all(
+    Object.entries(upload.images)
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(async ([name, image]) => [name, await fileDigest(image.path)]),
+  );
+  const texts = Object.entries(upload.texts).sort(([a], [b]) => a.localeCompare(b));
+  return createHash('sha256')
+    .update(JSON.stringify({ tool: upload.tool.id, type: upload.generationType, images, texts }))
+    .digest('hex');
+}

@@ -1,0 +1,50 @@
+import { BullModule } from '@nestjs/bull';
+import { Module, type OnApplicationShutdown } from '@nestjs/common';
+import { Redis, type RedisOptions } from 'ioredis';
+import { AppConfig } from '../config/config.js';
+import { FAIL_FAST_OPTIONS } from '../redis/redis.js';
+import { GENERATION_QUEUE } from './generation.queue.js';
+
+/** Bull's Redis connections; Bull does not close connections it did not create itself. */
+class QueueConnections implements OnApplicationShutdown {
+  readonly all = new Set<Redis>();
+
+  create(type: 'client' | 'subscriber' | 'bclient', url: string, options: RedisOptions): Redis {
+    const connection =
+      type === 'client'
+        ? // Adds and job updates fail at once while Redis is down, so the API answers 503 in time.
+          new Redis(url, { ...options, ...FAIL_FAST_OPTIONS, commandTimeout: undefined })
+        : // The blocking and subscriber connections wait and reconnect for as long as it takes.
+          new Redis(url, { ...options, maxRetriesPerRequest: null, enableReadyCheck: false });
+    this.all.add(connection);
+    return connection;
+  }
+
+  onApplicationShutdown(): void {
+    for (const connection of this.all) connection.disconnect();
+  }
+}
+
+const connections = new QueueConnections();
+
+@Module({
+  imports: [
+    BullModule.forRootAsync({
+      inject: [AppConfig],
+      useFactory: (config: AppConfig) => ({
+        prefix: `${config.redisPrefix}:bull`,
+        createClient: (type, options) => connections.create(type, config.redisUrl, options ?? {}),
+        settings: {
+          lockDuration: config.jobLockMs,
+          lockRenewTime: Math.floor(config.jobLockMs / 2),
+          stalledInterval: config.jobStalledCheckMs,
+          maxStalledCount: 2,
+        },
+      }),
+    }),
+    BullModule.registerQueue({ name: GENERATION_QUEUE }),
+  ],
+  providers: [{ provide: QueueConnections, useValue: connections }],
+  exports: [BullModule],
+})
+export class QueueModule {}

@@ -1,0 +1,283 @@
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { mkdir, open, rm } from 'node:fs/promises';
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import type { Request, Response } from 'express';
+import multer, { MulterError } from 'multer';
+import sharp from 'sharp';
+import { type CatalogTool, findTool } from '../catalog/catalog.js';
+import { DomainError, type FieldError } from '../common/problem.js';
+import { AppConfig } from '../config/config.js';
+import type { StoredInput } from '../history/history-item.entity.js';
+
+export type ImageFormat = StoredInput['format'];
+
+export interface UploadedImage {
+  /** The upload's temporary file; moved into the input store once the job is accepted. */
+  path: string;
+  format: ImageFormat;
+  width: number;
+  height: number;
+  bytes: number;
+}
+
+/** A job request that passed every check: the tool, its type and exactly the tool's inputs. */
+export interface ValidUpload {
+  tool: CatalogTool;
+  generationType: string;
+  images: Record<string, UploadedImage>;
+  texts: Record<string, string>;
+}
+
+const FIELD_NAME_MAX_BYTES = 100;
+/** `prompt` is at most 1000 characters, i.e. at most 4000 bytes of UTF-8. */
+const FIELD_VALUE_MAX_BYTES = 4000;
+
+/**
+ * Reads `multipart/form-data` job requests to temporary files on disk (never whole requests in memory)
+ * and validates them against the catalog and the image limits.
+ */
+@Injectable()
+export class UploadParser implements OnModuleInit {
+  private readonly multer: ReturnType<typeof multer>;
+
+  constructor(private readonly config: AppConfig) {
+    this.multer = multer({
+      dest: config.uploadTmpDir,
+      limits: {
+        fileSize: config.uploadMaxFileBytes,
+        parts: config.uploadMaxParts,
+        files: config.uploadMaxParts,
+        fields: config.uploadMaxParts,
+        fieldNameSize: FIELD_NAME_MAX_BYTES,
+        fieldSize: FIELD_VALUE_MAX_BYTES,
+        headerPairs: 20,
+      },
+    });
+  }
+
+  async onModuleInit(): Promise<void> {
+    await mkdir(this.config.uploadTmpDir, { recursive: true });
+  }
+
+  /** Parses and validates; on any failure the temporary files are already gone. */
+  async parse(request: Request, response: Response): Promise<ValidUpload> {
+    if (!request.is('multipart/form-data')) {
+      throw new DomainError('malformed_multipart', 'Send the job as multipart/form-data.');
+    }
+    await this.receive(request, response);
+    const files = (request.files as Express.Multer.File[] | undefined) ?? [];
+    try {
+      return await this.validate(request.body as Record<string, unknown>, files);
+    } catch (error) {
+      await discard(files);
+      throw error;
+    }
+  }
+
+  /** Removes the temporary files of an upload that was not accepted after all. */
+  async discard(upload: ValidUpload): Promise<void> {
+    await Promise.all(Object.values(upload.images).map((image) => rm(image.path, { force: true })));
+  }
+
+  private receive(request: Request, response: Response): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.multer.any()(request, response, (error: unknown) => {
+        if (!error) return resolve();
+        // multer removes the files it wrote when it fails; nothing is left to clean.
+        reject(multipartError(error, this.config));
+      });
+    });
+  }
+
+  private async validate(body: Record<string, unknown>, files: Express.Multer.File[]): Promise<ValidUpload> {
+    const textFields = new Map<string, string>();
+    for (const [name, value] of Object.entries(body ?? {})) {
+      if (Array.isArray(value)) throw unexpected(name, 'sent more than once');
+      textFields.set(name, String(value));
+    }
+    const fileFields = new Map<string, Express.Multer.File>();
+    for (const file of files) {
+      if (fileFields.has(file.fieldname) || textFields.has(file.fieldname)) {
+        throw unexpected(file.fieldname, 'sent more than once');
+      }
+      fileFields.set(file.fieldname, file);
+    }
+
+    const toolId = textFields.get('tool');
+    if (toolId === undefined || toolId === '') {
+      throw new DomainError('validation_failed', 'The form field "tool" is required.', {
+        errors: [{ field: 'tool', message: 'required: a tool from GET /generation/tools' }],
+      });
+    }
+    const tool = findTool(toolId);
+    if (!tool) throw new DomainError('unknown_tool', `There is no tool "${truncate(toolId)}"; see GET /generation/tools.`);
+
+    const accepted = new Set(['tool', 'generation_type', ...tool.inputs.map((input) => input.name)]);
+    for (const name of [...textFields.keys(), ...fileFields.keys()]) {
+      if (!accepted.has(name)) throw unexpected(name, `is not a field of the tool "${tool.id}"`);
+    }
+
+    const generationType = textFields.get('generation_type') ?? tool.generationTypes[0].id;
+    if (!tool.generationTypes.some((type) => type.id === generationType)) {
+      throw new DomainError(
+        'invalid_generation_type',
+        `"${truncate(generationType)}" is not a generation type of "${tool.id}"; ` +
+          `use one of: ${tool.generationTypes.map((type) => type.id).join(', ')}.`,
+      );
+    }
+
+    const errors: FieldError[] = [];
+    const texts: Record<string, string> = {};
+    const imageFiles: [string, Express.Multer.File][] = [];
+    for (const input of tool.inputs) {
+      const file = fileFields.get(input.name);
+      const text = textFields.get(input.name);
+      if (input.kind === 'image') {
+        if (file) imageFiles.push([input.name, file]);
+        else if (text !== undefined) errors.push({ field: input.name, message: 'must be an image file, not text' });
+        else if (input.required) errors.push({ field: input.name, message: 'required image is missing' });
+      } else if (file) {
+        errors.push({ field: input.name, message: 'must be text, not a file' });
+      } else if (text !== undefined) {
+        if (input.maxLength !== undefined && [...text].length > input.maxLength) {
+          errors.push({ field: input.name, message: `at most ${input.maxLength} characters` });
+        } else {
+          texts[input.name] = text;
+        }
+      } else if (input.required) {
+        errors.push({ field: input.name, message: 'required text is missing' });
+      }
+    }
+    if (errors.length > 0) {
+      throw new DomainError('validation_failed', 'The form fields do not match the tool.', { errors });
+    }
+
+    const images: Record<string, UploadedImage> = {};
+    for (const [name, file] of imageFiles) images[name] = await this.inspectImage(name, file);
+    return { tool, generationType, images, texts };
+  }
+
+  /**
+   * Identifies the file by its bytes and reads its size from the header alone: nothing is decoded here,
+   * so a decompression bomb costs a header read.
+   */
+  private async inspectImage(field: string, file: Express.Multer.File): Promise<UploadedImage> {
+    const format = await sniffFormat(file.path, file.size);
+    if (!format) {
+      throw new DomainError(
+        'unsupported_media_type',
+        `"${field}" is not a complete JPEG, PNG or WebP image (judged by its bytes).`,
+        { errors: [{ field, message: 'not a complete JPEG, PNG or WebP image' }] },
+      );
+    }
+    let width: number | undefined;
+    let height: number | undefined;
+    try {
+      ({ width, height } = await sharp(file.path, { limitInputPixels: false }).metadata());
+    } catch {
+      width = undefined;
+    }
+    if (!width || !height) {
+      throw new DomainError('unsupported_media_type', `"${field}" has an unreadable ${format} header.`, {
+        errors: [{ field, message: 'unreadable image header' }],
+      });
+    }
+    const { imageMinSide, imageMaxSide, imageMaxPixels } = this.config;
+    if (width < imageMinSide || height < imageMinSide) {
+      throw new DomainError(
+        'image_too_small',
+        `"${field}" is ${width}x${height} px; each side must be at least ${imageMinSide} px.`,
+        { errors: [{ field, message: `each side at least ${imageMinSide} px` }] },
+      );
+    }
+    if (width > imageMaxSide || height > imageMaxSide || width * height > imageMaxPixels) {
+      throw new DomainError(
+        'image_too_large',
+        `"${field}" is ${width}x${height} px; each side may be at most ${imageMaxSide} px ` +
+          `and the image at most ${imageMaxPixels / 1_000_000} megapixels.`,
+        { errors: [{ field, message: `at most ${imageMaxSide} px a side and ${imageMaxPixels} pixels` }] },
+      );
+    }
+    return { path: file.path, format, width, height, bytes: file.size };
+  }
+}
+
+/** SHA-256 of a file, streamed: part of an idempotent request's fingerprint. */
+export async function fileDigest(path: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}
+
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+const PNG_END = Buffer.from([0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82]);
+
+/**
+ * The format by magic bytes, and only when the file is whole: a PNG must end with its IEND chunk, a JPEG
+ * with its end-of-image marker, a WebP must be as long as its RIFF header says. A cut-off upload is
+ * refused here instead of failing later in a worker.
+ */
+async function sniffFormat(path: string, size: number): Promise<ImageFormat | undefined> {
+  if (size < 16) return undefined;
+  const handle = await open(path, 'r');
+  try {
+    const head = Buffer.alloc(16);
+    await handle.read(head, 0, 16, 0);
+    const tail = Buffer.alloc(Math.min(size, 64));
+    await handle.read(tail, 0, tail.length, size - tail.length);
+    if (head.subarray(0, 8).equals(PNG_SIGNATURE)) {
+      return tail.subarray(tail.length - 8).equals(PNG_END) ? 'png' : undefined;
+    }
+    if (head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) {
+      // Some cameras pad after the end-of-image marker; look for it near the end.
+      for (let i = tail.length - 2; i >= 0; i--) if (tail[i] === 0xff && tail[i + 1] === 0xd9) return 'jpeg';
+      return undefined;
+    }
+    if (head.toString('latin1', 0, 4) === 'RIFF' && head.toString('latin1', 8, 12) === 'WEBP') {
+      return head.readUInt32LE(4) + 8 <= size ? 'webp' : undefined;
+    }
+    return undefined;
+  } finally {
+    await handle.close();
+  }
+}
+
+function multipartError(error: unknown, config: AppConfig): DomainError {
+  if (error instanceof MulterError) {
+    switch (error.code) {
+      case 'LIMIT_FILE_SIZE':
+        return new DomainError(
+          'payload_too_large',
+          `"${error.field}" is larger than ${config.uploadMaxFileBytes} bytes.`,
+          { errors: [{ field: error.field ?? 'file', message: `at most ${config.uploadMaxFileBytes} bytes` }] },
+        );
+      case 'LIMIT_PART_COUNT':
+      case 'LIMIT_FILE_COUNT':
+      case 'LIMIT_FIELD_COUNT':
+        return new DomainError('payload_too_large', `At most ${config.uploadMaxParts} parts per request.`);
+      case 'LIMIT_FIELD_VALUE':
+        return new DomainError('validation_failed', `The field "${error.field}" is too long.`, {
+          errors: [{ field: error.field ?? 'field', message: 'too long' }],
+        });
+      default:
+        return new DomainError('unexpected_field', 'The form has a field that is not accepted.');
+    }
+  }
+  return new DomainError('malformed_multipart', 'The multipart body is malformed or incomplete.');
+}
+
+function unexpected(field: string, why: string): DomainError {
+  const name = truncate(field);
+  return new DomainError('unexpected_field', `The field "${name}" ${why}.`, {
+    errors: [{ field: name, message: why }],
+  });
+}
+
+function truncate(value: string): string {
+  return value.length > 64 ? `${value.slice(0, 64)}…` : value;
+}
+
+async function discard(files: Express.Multer.File[]): Promise<void> {
+  await Promise.all(files.map((file) => rm(file.path, { force: true })));
+}

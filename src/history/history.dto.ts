@@ -1,0 +1,49 @@
+import type { components } from '../generated/openapi.js';
+import { mediaPath } from '../media/media.js';
+import type { HistoryItem } from './history-item.entity.js';
+
+type HistoryItemSchema = components['schemas']['HistoryItem'];
+type HistoryPageSchema = components['schemas']['HistoryPage'];
+
+export class HistoryItemDto implements HistoryItemSchema {
+  history_item_id: string;
+  tool: string;
+  generation_type: string;
+  status: HistoryItemSchema['status'];
+  preview_url: string | null;
+  stock_url: string | null;
+  output_url: string | null;
+  like: boolean | null;
+  error: HistoryItemSchema['error'];
+  created_at: string;
+  updated_at: string;
+  completed_at: string | null;
+
+  /** Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL. */
+  static from(item: HistoryItem, publicBaseUrl: string): HistoryItemDto {
+    const complete = item.status === 'complete';
+    const stock = mediaPath(item.id, 'stock');
+    return {
+      history_item_id: item.id,
+      tool: item.tool,
+      generation_type: item.generationType,
+      status: item.status,
+      preview_url: complete ? mediaPath(item.id, 'preview') : null,
+      stock_url: complete ? stock : null,
+      output_url: complete ? `${publicBaseUrl}/${stock}` : null,
+      like: item.like,
+      error: item.errorCode ? { code: item.errorCode, message: item.errorMessage ?? '' } : null,
+      created_at: item.createdAt.toISOString(),
+      updated_at: item.updatedAt.toISOString(),
+      completed_at: item.completedAt?.toISOString() ?? null,
+    };
+  }
+}
+
+export class HistoryPageDto implements HistoryPageSchema {
+  items: HistoryItemDto[];
+  page: number;
+  limit: number;
+  total: number;
+  total_pages: number;
+}

@@ -1,0 +1,90 @@
+import { randomUUID } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { copyFile, mkdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
+import type { Readable } from 'node:stream';
+
+/**
+ * Where the service keeps files, by key (`{id}/clothes`, `{id}/preview.webp`). Narrow on purpose, so an
+ * S3-compatible store can stand in for the local disk.
+ */
+export abstract class ObjectStore {
+  /** Writes atomically: a reader sees the whole old object, the whole new one, or nothing. */
+  abstract put(key: string, data: Buffer): Promise<void>;
+  /** Moves a local file (an upload's temporary file) into the store. */
+  abstract putFile(key: string, sourcePath: string): Promise<void>;
+  abstract get(key: string): Promise<Buffer>;
+  /** A stream of the object, or undefined when there is none. */
+  abstract open(key: string): Promise<{ stream: Readable; size: number } | undefined>;
+  /** Removes every object whose key starts with `prefix/`. */
+  abstract deleteFolder(prefix: string): Promise<void>;
+}
+
+const SAFE_KEY = /^[A-Za-z0-9_-]+(?:\/[A-Za-z0-9_.-]+)*$/;
+
+export class LocalObjectStore extends ObjectStore {
+  constructor(private readonly root: string) {
+    super();
+  }
+
+  /** Keys come from our own ids, but a key is still never allowed to leave the root. */
+  private pathOf(key: string): string {
+    const path = resolve(this.root, key);
+    if (!SAFE_KEY.test(key) || key.split('/').includes('..') || !path.startsWith(this.root + sep)) {
+      throw new Error(`invalid object key: ${JSON.stringify(key)}`);
+    }
+    return path;
+  }
+
+  private async temporaryPathFor(path: string): Promise<string> {
+    await mkdir(dirname(path), { recursive: true });
+    return join(dirname(path), `.${randomUUID()}.tmp`);
+  }
+
+  async put(key: string, data: Buffer): Promise<void> {
+    const path = this.pathOf(key);
+    const temporary = await this.temporaryPathFor(path);
+    try {
+      await writeFile(temporary, data);
+      await rename(temporary, path);
+    } catch (error) {
+      await rm(temporary, { force: true });
+      throw error;
+    }
+  }
+
+  async putFile(key: string, sourcePath: string): Promise<void> {
+    const path = this.pathOf(key);
+    try {
+      await mkdir(dirname(path), { recursive: true });
+      await rename(sourcePath, path);
+    } catch (error) {
+      // Uploads may sit on another file system than the store: copy, then swap in atomically.
+      if ((error as NodeJS.ErrnoException).code !== 'EXDEV') throw error;
+      const temporary = await this.temporaryPathFor(path);
+      await copyFile(sourcePath, temporary);
+      await rename(temporary, path);
+      await unlink(sourcePath);
+    }
+  }
+
+  get(key: string): Promise<Buffer> {
+    return readFile(this.pathOf(key));
+  }
+
+  async open(key: string): Promise<{ stream: Readable; size: number } | undefined> {
+    const path = this.pathOf(key);
+    try {
+      const info = await stat(path);
+      if (!info.isFile()) return undefined;
+      return { stream: createReadStream(path), size: info.size };
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw error;
+    }
+  }
+
+  async deleteFolder(prefix: string): Promise<void> {
+    await rm(this.pathOf(prefix), { recursive: true, force: true });
+  }
+}

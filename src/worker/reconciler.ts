@@ -1,0 +1,100 @@
+import { InjectQueue } from '@nestjs/bull';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
+import type { Queue } from 'bull';
+import type { Redis } from 'ioredis';
+import { DataSource } from 'typeorm';
+import { AppConfig } from '../config/config.js';
+import { GENERATE_JOB, type GenerateJobData, GENERATION_QUEUE, generateJobOptions } from '../generation/generation.queue.js';
+import { REDIS } from '../redis/redis.module.js';
+import { JobOutcomes } from './job-outcomes.js';
+
+/** An item this young may still be between its insert and its enqueue in the API. */
+const ORPHAN_GRACE_SECONDS = 10;
+const SWEEP_BATCH = 500;
+
+/**
+ * Keeps the promise that every accepted job ends `complete` or `error`: pending items without a queued
+ * job are queued again, and items pending past JOB_DEADLINE_MS end as `timeout`. One worker sweeps at a
+ * time (a Redis lock); the others skip that round.
+ */
+@Injectable()
+export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly logger = new Logger(Reconciler.name);
+  private timer?: NodeJS.Timeout;
+  private sweeping?: Promise<void>;
+
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    @InjectQueue(GENERATION_QUEUE) private readonly queue: Queue<GenerateJobData>,
+    @Inject(REDIS) private readonly redis: Redis,
+    private readonly outcomes: JobOutcomes,
+    private readonly config: AppConfig,
+  ) {}
+
+  onApplicationBootstrap(): void {
+    this.timer = setInterval(() => void this.tick(), this.config.reconcileIntervalMs);
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    clearInterval(this.timer);
+    await this.sweeping;
+  }
+
+  private async tick(): Promise<void> {
+    if (this.sweeping) return;
+    this.sweeping = this.sweep()
+      .then(() => undefined)
+      .catch((error: unknown) => this.logger.warn({ err: error }, 'reconciliation sweep failed'))
+      .finally(() => (this.sweeping = undefined));
+    await this.sweeping;
+  }
+
+  async sweep(): Promise<{ requeued: number; timedOut: number }> {
+    const lock = await this.redis.set('reconciler:lock', '1', 'PX', this.config.reconcileIntervalMs, 'NX');
+    if (!lock) return { requeued: 0, timedOut: 0 };
+    const timedOut = await this.expireOverdue();
+    const requeued = await this.requeueOrphans();
+    if (timedOut + requeued > 0) this.logger.log({ timedOut, requeued }, 'reconciled pending jobs');
+    return { requeued, timedOut };
+  }
+
+  private async expireOverdue(): Promise<number> {
+    const overdue = (await this.dataSource.query(
+      `SELECT id FROM history_items
+        WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)
+        ORDER BY created_at LIMIT $2`,
+      [this.config.jobDeadlineMs / 1000, SWEEP_BATCH],
+    )) as { id: string }[];
+    let count = 0;
+    for (const { id } of overdue) {
+      if (await this.outcomes.fail(id, 'timeout', 'The job did not finish in time.')) count++;
+      await (await this.queue.getJob(id))?.remove().catch(() => {});
+    }
+    return count;
+  }
+
+  private async requeueOrphans(): Promise<number> {
+    const pending = (await this.dataSource.query(
+      `SELECT id FROM history_items
+        WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)
+        ORDER BY created_at LIMIT $2`,
+      [ORPHAN_GRACE_SECONDS, SWEEP_BATCH],
+    )) as { id: string }[];
+    let count = 0;
+    for (const { id } of pending) {
+      const job = await this.queue.getJob(id);
+      const state = job ? await job.getState() : undefined;
+      if (state === 'failed') {
+        // The job gave up but its item never heard: finish it here.
+        await this.outcomes.fail(id, 'engine_failed', 'The job could not be processed.');
+      } else if (state === undefined || state === 'completed') {
+        // Gone from Redis (lost, evicted, or finished without its row being updated): queue it again.
+        await job?.remove();
+        await this.queue.add(GENERATE_JOB, { historyItemId: id }, generateJobOptions(this.config, id));
+        count++;
+      }
+    }
+    return count;
+  }
+}

@@ -1,0 +1,36 @@
+import sharp from 'sharp';
+import type { EngineImage } from './engines/engine.js';
+import { PermanentEngineError } from './engines/engine.js';
+
+/** The preview's long side. */
+export const PREVIEW_MAX_SIDE = 512;
+
+export interface RenderedOutputs {
+  /** Full-resolution result as JPEG. */
+  stock: Buffer;
+  /** At most PREVIEW_MAX_SIDE px on the long side, as WebP. */
+  preview: Buffer;
+}
+
+/** Encodes an engine's result once into the two files clients download. */
+export async function renderOutputs(image: EngineImage, limitInputPixels: number): Promise<RenderedOutputs> {
+  const source =
+    image.kind === 'raw'
+      ? sharp(image.data, { raw: { width: image.width, height: image.height, channels: image.channels } })
+      : sharp(image.data, { limitInputPixels, failOn: 'error' }).rotate();
+  // JPEG has no transparency: a remote engine's transparent result is laid on white.
+  const flat = source.flatten({ background: '#ffffff' });
+  try {
+    const [stock, preview] = await Promise.all([
+      flat.clone().jpeg({ quality: 90, chromaSubsampling: '4:4:4' }).toBuffer(),
+      flat
+        .clone()
+        .resize(PREVIEW_MAX_SIDE, PREVIEW_MAX_SIDE, { fit: 'inside', withoutEnlargement: true })
+        .webp({ quality: 80 })
+        .toBuffer(),
+    ]);
+    return { stock, preview };
+  } catch (error) {
+    throw new PermanentEngineError('engine_failed', `the engine's result could not be encoded: ${(error as Error).message}`);
+  }
+}
