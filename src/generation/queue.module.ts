@@ -7,7 +7,7 @@ import { GENERATION_QUEUE } from './generation.queue.js';
 
 /** Bull's Redis connections; Bull does not close connections it did not create itself. */
 class QueueConnections implements OnApplicationShutdown {
-  readonly all = new Set<Redis>();
+  private readonly all = new Set<Redis>();
 
   create(type: 'client' | 'subscriber' | 'bclient', url: string, options: RedisOptions): Redis {
     const connection =
@@ -25,13 +25,15 @@ class QueueConnections implements OnApplicationShutdown {
   }
 }
 
-const connections = new QueueConnections();
+@Module({ providers: [QueueConnections], exports: [QueueConnections] })
+class QueueConnectionsModule {}
 
 @Module({
   imports: [
     BullModule.forRootAsync({
-      inject: [AppConfig],
-      useFactory: (config: AppConfig) => ({
+      imports: [QueueConnectionsModule],
+      inject: [AppConfig, QueueConnections],
+      useFactory: (config: AppConfig, connections: QueueConnections) => ({
         prefix: `${config.redisPrefix}:bull`,
         createClient: (type, options) => connections.create(type, config.redisUrl, options ?? {}),
         settings: {
@@ -44,7 +46,6 @@ const connections = new QueueConnections();
     }),
     BullModule.registerQueue({ name: GENERATION_QUEUE }),
   ],
-  providers: [{ provide: QueueConnections, useValue: connections }],
   exports: [BullModule],
 })
 export class QueueModule {}
