@@ -1,0 +1,524 @@
+// Dredd hooks for openapi/openapi.yaml, run by test/contract/dredd.contract-spec.ts against the built service.
+// CommonJS because Dredd 14 require()s hook files and the project itself is ESM.
+//
+// Dredd turns every documented response into a transaction named
+// `<path template> > <summary> > <status> > <content type>`, sends the example request and compares the answer
+// with the example. These hooks:
+//   - authenticate every request (`Authorization: Bearer`) except public operations (`security: []`) and the
+//     ones meant to get a 401;
+//   - change each request so that it provokes the documented response (unknown tool, missing parameter,
+//     another user's key for a 404, ...), and carry the history item created by job creation into the
+//     transactions that need one;
+//   - replace Dredd's example comparison by the contract's JSON Schema of the response (types, required,
+//     additionalProperties, enums, patterns), normalise `; charset=utf-8` and check documented header values;
+//   - skip only what is listed in SKIP_LATER_ISSUE or SKIP_NOT_PROVOKABLE, each with its reason, and print the
+//     list (the Jest test checks that Dredd skipped exactly that many transactions).
+//
+// Inputs (environment): CONTRACT_BASE_URL, CONTRACT_API_KEY (user 1), CONTRACT_OTHER_API_KEY (user 2, for 404s on
+// user 1's items), CONTRACT_ERROR_ITEM_ID (an item of user 1 seeded with status `error`, for 409 not_complete),
+// optional CONTRACT_JOB_TIMEOUT_MS (how long to wait for a job to complete, default 60000).
+'use strict';
+
+const hooks = require('hooks');
+const { randomUUID } = require('node:crypto');
+const { readFileSync } = require('node:fs');
+const { join } = require('node:path');
+const contractSchema = require('../support/contract-schema.cjs');
+
+function requiredEnv(name) {
+  const value = process.env[name];
+  if (!value) throw new Error(`hooks.cjs: environment variable ${name} is not set`);
+  return value;
+}
+
+const BASE_URL = requiredEnv('CONTRACT_BASE_URL').replace(/\/+$/, '');
+const API_KEY = requiredEnv('CONTRACT_API_KEY');
+const OTHER_API_KEY = requiredEnv('CONTRACT_OTHER_API_KEY');
+const ERROR_ITEM_ID = requiredEnv('CONTRACT_ERROR_ITEM_ID');
+const JOB_TIMEOUT_MS = Number(process.env.CONTRACT_JOB_TIMEOUT_MS || 60_000);
+
+const CONTRACT_FILE = join(__dirname, '..', '..', 'openapi', 'openapi.yaml');
+const contract = contractSchema.loadContract();
+
+// ---------------------------------------------------------------------------------------------------------------
+// Skips. Nothing else is skipped, and every entry says why.
+// ---------------------------------------------------------------------------------------------------------------
+
+/**
+ * Operations (`METHOD /path`, or `METHOD /path STATUS` for one response) that a later issue implements, each with
+ * the issue as its reason, e.g.
+ *   'DELETE /user/generation-history/{id}': 'issue 4 (History): not implemented yet, the route answers 404',
+ * The hooks below are complete for every operation of the contract, so enabling one is deleting its line here.
+ * Empty: job creation, history items, the history list, feedback, delete and media (issues 3 and 4) are all on main
+ * (commit 06b051a) and pass.
+ */
+const SKIP_LATER_ISSUE = {};
+
+const UNAVAILABLE =
+  'cannot be provoked deterministically: 503 needs PostgreSQL or Redis to fail while the service runs, ' +
+  'and every other transaction of this run needs them up';
+
+/** Responses that cannot be provoked deterministically against the real service. These stay skipped. */
+const SKIP_NOT_PROVOKABLE = {
+  'GET /generation/tools 503': UNAVAILABLE,
+  'GET /generation/generationTypes 503': UNAVAILABLE,
+  'POST /generation/generate_image_v2/ 409':
+    'cannot be provoked deterministically: idempotency_in_progress needs a second request with the same ' +
+    'Idempotency-Key while the first is still being handled, a race that one sequential client cannot set up',
+  'POST /generation/generate_image_v2/ 429':
+    'cannot be provoked deterministically: the 60-a-minute budget is counted per calendar minute, so it can reset ' +
+    'between the creations that use it up and the checked request, and the 10-pending limit depends on how fast ' +
+    'the worker drains the queue',
+  'POST /generation/generate_image_v2/ 503': UNAVAILABLE,
+  'GET /user/generation-history 503': UNAVAILABLE,
+  'GET /user/generation-history/{id} 503': UNAVAILABLE,
+  'DELETE /user/generation-history/{id} 503': UNAVAILABLE,
+  'PATCH /user/generation-history/feedback/{id} 503': UNAVAILABLE,
+  'GET /health/ready 503':
+    'cannot be provoked deterministically: readiness answers 503 only while PostgreSQL or Redis is down, ' +
+    'and every other transaction of this run needs them up',
+};
+
+function operationOf(transaction) {
+  return `${transaction.request.method} ${transaction.origin.resourceName}`;
+}
+
+function statusOf(transaction) {
+  return Number(transaction.expected.statusCode);
+}
+
+/** The reason a transaction is skipped and the rule that says so, or undefined when it runs. */
+function skipRule(transaction) {
+  const operation = operationOf(transaction);
+  const response = `${operation} ${statusOf(transaction)}`;
+  if (SKIP_NOT_PROVOKABLE[response]) return { rule: response, reason: SKIP_NOT_PROVOKABLE[response] };
+  if (SKIP_LATER_ISSUE[response]) return { rule: response, reason: SKIP_LATER_ISSUE[response] };
+  if (SKIP_LATER_ISSUE[operation]) return { rule: operation, reason: SKIP_LATER_ISSUE[operation] };
+  return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------------------------
+
+const HOOKED_NAMES = new Set();
+const state = {
+  /** Set in beforeAll: a real PNG for the `clothes` field. */
+  png: undefined,
+  setupError: undefined,
+  /** The item job creation (202) returned; most later transactions use it. */
+  itemId: undefined,
+  itemDone: undefined,
+};
+
+/**
+ * Registers a hook for one transaction. The hook may be async; it does not run for skipped transactions
+ * (Dredd runs `before` hooks for them too) and, after the request, only when there is a response. Whatever it
+ * throws fails the transaction with that message (Dredd drops errors passed to `done`).
+ */
+function on(stage, name, fn) {
+  HOOKED_NAMES.add(name);
+  hooks[stage](name, (transaction, done) => {
+    if (transaction.skip || (stage !== 'before' && !transaction.real)) return done();
+    Promise.resolve()
+      .then(() => fn(transaction))
+      .catch((error) => addFailure(transaction, error instanceof Error ? error.message : String(error)))
+      .finally(() => done());
+  });
+}
+
+/** Fails the transaction after the fact (Dredd reports `transaction.fail` even when Gavel found nothing). */
+function addFailure(transaction, message) {
+  transaction.fail = typeof transaction.fail === 'string' ? `${transaction.fail}; ${message}` : message;
+}
+
+/** Operations with `security: []` (media, health, contract) are public: they are called without a key. */
+function isPublic(transaction) {
+  const operation = contract.paths[transaction.origin.resourceName][transaction.request.method.toLowerCase()];
+  return Array.isArray(operation.security) && operation.security.length === 0;
+}
+
+function setPath(transaction, path) {
+  transaction.fullPath = path;
+  transaction.request.uri = path;
+}
+
+function useKey(transaction, key) {
+  transaction.request.headers.Authorization = `Bearer ${key}`;
+}
+
+function setJsonBody(transaction, value) {
+  transaction.request.headers['Content-Type'] = 'application/json';
+  transaction.request.body = JSON.stringify(value);
+}
+
+/** A multipart/form-data body built by hand: Dredd sends an empty body for multipart operations. */
+function multipart(parts) {
+  const boundary = `----igs-contract-${randomUUID()}`;
+  const chunks = [];
+  for (const part of parts) {
+    let head = `--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"`;
+    if (part.filename) head += `; filename="${part.filename}"\r\nContent-Type: ${part.contentType}`;
+    chunks.push(Buffer.from(`${head}\r\n\r\n`, 'utf8'));
+    chunks.push(Buffer.isBuffer(part.value) ? part.value : Buffer.from(String(part.value), 'utf8'));
+    chunks.push(Buffer.from('\r\n', 'utf8'));
+  }
+  chunks.push(Buffer.from(`--${boundary}--\r\n`, 'utf8'));
+  return { contentType: `multipart/form-data; boundary=${boundary}`, body: Buffer.concat(chunks) };
+}
+
+function useMultipart(transaction, parts) {
+  const { contentType, body } = multipart(parts);
+  transaction.request.headers['Content-Type'] = contentType;
+  transaction.request.body = body.toString('base64');
+  transaction.request.bodyEncoding = 'base64';
+}
+
+function clothesPart(value = state.png) {
+  return { name: 'clothes', filename: 'clothes.png', contentType: 'image/png', value };
+}
+
+/** The form of a valid fashion_card job: a `tool` part and a real PNG in `clothes`. */
+function validJobParts() {
+  return [{ name: 'tool', value: 'fashion_card' }, clothesPart()];
+}
+
+async function api(method, path, { key = API_KEY, headers = {}, body } = {}) {
+  const response = await fetch(`${BASE_URL}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${key}`, ...headers },
+    body,
+  });
+  const text = await response.text();
+  return { status: response.status, text };
+}
+
+/** Creates a job for user 1 outside Dredd (for the transactions that consume an item) and returns its id. */
+async function createJob() {
+  const { contentType, body } = multipart(validJobParts());
+  const response = await api('POST', '/generation/generate_image_v2/', { headers: { 'Content-Type': contentType }, body });
+  if (response.status !== 202) throw new Error(`creating a job failed: ${response.status} ${response.text}`);
+  return JSON.parse(response.text).history_item_id;
+}
+
+function requireItem() {
+  if (!state.itemId) {
+    throw new Error('no history_item_id: the job creation transaction (202) did not run or did not return one');
+  }
+  return state.itemId;
+}
+
+/** Polls user 1's item until it is `complete` (memoised); an `error` or a timeout fails the caller. */
+function itemComplete() {
+  const id = requireItem();
+  state.itemDone ??= (async () => {
+    const deadline = Date.now() + JOB_TIMEOUT_MS;
+    let last;
+    while (Date.now() < deadline) {
+      last = await api('GET', `/user/generation-history/${id}`);
+      if (last.status !== 200) throw new Error(`polling item ${id}: ${last.status} ${last.text}`);
+      const item = JSON.parse(last.text);
+      if (item.status === 'complete') return item;
+      if (item.status !== 'pending') throw new Error(`item ${id} ended as ${item.status}: ${last.text}`);
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+    throw new Error(`item ${id} was not complete after ${JOB_TIMEOUT_MS} ms: ${last && last.text}`);
+  })();
+  return state.itemDone;
+}
+
+function realBody(transaction) {
+  return Buffer.from(transaction.real.body || '', transaction.real.bodyEncoding === 'base64' ? 'base64' : 'utf8');
+}
+
+function realJson(transaction) {
+  return JSON.parse(realBody(transaction).toString('utf8'));
+}
+
+/** Fails the transaction unless the problem document has this `code` (so the right error was provoked). */
+function expectProblemCode(name, code) {
+  on('beforeValidation', name, (transaction) => {
+    let actual;
+    try {
+      actual = realJson(transaction).code;
+    } catch {
+      actual = undefined;
+    }
+    if (actual !== code) throw new Error(`expected problem code ${code}, got ${actual}: ${transaction.real.body}`);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hooks for every transaction
+// ---------------------------------------------------------------------------------------------------------------
+
+hooks.beforeAll((transactions, done) => {
+  const names = new Set(transactions.map((t) => t.name));
+  const usedRules = new Set();
+  const skipped = [];
+  for (const transaction of transactions) {
+    const skip = skipRule(transaction);
+    if (!skip) continue;
+    usedRules.add(skip.rule);
+    skipped.push({ name: transaction.name, reason: skip.reason });
+  }
+  const report = {
+    total: transactions.length,
+    skipped,
+    // A rule or hook that matches no transaction is a typo or a stale entry: the Jest test fails on it.
+    unusedSkipRules: [...Object.keys(SKIP_LATER_ISSUE), ...Object.keys(SKIP_NOT_PROVOKABLE)].filter(
+      (rule) => !usedRules.has(rule),
+    ),
+    unknownHookNames: [...HOOKED_NAMES].filter((name) => !names.has(name)),
+  };
+  console.log(`CONTRACT_HOOKS_REPORT ${JSON.stringify(report)}`);
+  for (const { name, reason } of skipped) console.log(`skipping: ${name} -- ${reason}`);
+
+  // A real image for job creation (sharp is ESM-compatible from CommonJS through require).
+  Promise.resolve()
+    .then(() => require('sharp'))
+    .then((sharp) =>
+      // A garment-like shape on a plain background, so the product-card pipeline has something to cut out.
+      sharp(
+        Buffer.from(
+          '<svg xmlns="http://www.w3.org/2000/svg" width="240" height="320">' +
+            '<rect width="100%" height="100%" fill="#f4f4f4"/>' +
+            '<rect x="60" y="64" width="120" height="192" fill="#b22234"/></svg>',
+        ),
+      )
+        .png()
+        .toBuffer(),
+    )
+    .then((png) => {
+      state.png = png;
+    })
+    .catch((error) => {
+      state.setupError = `preparing the test image failed: ${error instanceof Error ? error.message : error}`;
+    })
+    .finally(() => done());
+});
+
+hooks.beforeEach((transaction) => {
+  const skip = skipRule(transaction);
+  if (skip) {
+    transaction.skip = true;
+    return;
+  }
+  if (state.setupError) addFailure(transaction, state.setupError);
+
+  // 401 transactions and public operations go without a key; the rest authenticate as user 1.
+  if (statusOf(transaction) !== 401 && !isPublic(transaction)) useKey(transaction, API_KEY);
+
+  // Dredd only checks the example's keys; the contract's schema checks types, enums, patterns and extra fields.
+  const contentType = transaction.expected.headers['Content-Type'];
+  if (contentType && /json$/.test(contentType)) {
+    const schema = contractSchema.responseSchema(
+      contract,
+      transaction.request.method,
+      transaction.origin.resourceName,
+      statusOf(transaction),
+      contentType,
+    );
+    if (!schema) throw new Error(`no schema in the contract for ${transaction.name}`);
+    transaction.expected.bodySchema = { $schema: 'http://json-schema.org/draft-07/schema#', ...schema };
+  }
+});
+
+const CHARSET_UTF8 = /^(application\/(?:json|problem\+json|yaml))\s*;\s*charset=utf-8$/i;
+
+hooks.beforeEachValidation((transaction) => {
+  if (!transaction.real) return;
+  const headers = transaction.real.headers;
+  // Dredd compares Content-Type exactly; `; charset=utf-8` (only that parameter) is what Express adds.
+  const contentType = headers['content-type'];
+  if (contentType && CHARSET_UTF8.test(contentType)) headers['content-type'] = contentType.replace(CHARSET_UTF8, '$1');
+
+  const problems = [];
+  if (!headers['x-request-id']) problems.push('no X-Request-Id header (the contract promises one on every response)');
+  // Values of documented headers (Dredd only checks that they are present).
+  const documented = contractSchema.documentedResponse(
+    contract,
+    transaction.request.method,
+    transaction.origin.resourceName,
+    Number(transaction.real.statusCode),
+  );
+  for (const [name, header] of Object.entries((documented && documented.headers) || {})) {
+    const schema = contractSchema.toJsonSchema(contract, header).schema || {};
+    const value = headers[name.toLowerCase()];
+    if (value === undefined) continue; // Dredd reports missing headers itself.
+    if (schema.enum && !schema.enum.includes(value)) problems.push(`${name}: "${value}" is not one of ${schema.enum.join(' | ')}`);
+    if (schema.type === 'integer' && !(/^\d+$/.test(value) && Number(value) >= (schema.minimum ?? 0))) {
+      problems.push(`${name}: "${value}" is not an integer >= ${schema.minimum ?? 0}`);
+    }
+  }
+  // The 401 transactions send no key at all: the contract says that answer is exactly `Bearer`.
+  if (statusOf(transaction) === 401 && headers['www-authenticate'] !== 'Bearer') {
+    problems.push(`WWW-Authenticate is "${headers['www-authenticate']}", expected "Bearer" when no key is sent`);
+  }
+  for (const problem of problems) addFailure(transaction, problem);
+});
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hooks per transaction, in the contract's (and Dredd's) order
+// ---------------------------------------------------------------------------------------------------------------
+
+// GET /generation/generationTypes
+on('before', '/generation/generationTypes > List the generation types of a tool > 400 > application/problem+json', (t) =>
+  setPath(t, '/generation/generationTypes'),
+);
+expectProblemCode('/generation/generationTypes > List the generation types of a tool > 400 > application/problem+json', 'validation_failed');
+on('before', '/generation/generationTypes > List the generation types of a tool > 404 > application/problem+json', (t) =>
+  setPath(t, '/generation/generationTypes?tool=hat_swap'),
+);
+expectProblemCode('/generation/generationTypes > List the generation types of a tool > 404 > application/problem+json', 'not_found');
+
+// POST /generation/generate_image_v2/ (Dredd would send an empty multipart body: every transaction builds its own)
+const CREATE = '/generation/generate_image_v2/ > Create a generation job';
+on('before', `${CREATE} > 202 > application/json`, (t) => {
+  useMultipart(t, validJobParts());
+  t.request.headers['Idempotency-Key'] = randomUUID();
+});
+on('after', `${CREATE} > 202 > application/json`, (t) => {
+  const body = realJson(t);
+  state.itemId = body.history_item_id;
+  const location = t.real.headers.location;
+  if (location !== `/user/generation-history/${body.history_item_id}`) {
+    throw new Error(`Location is "${location}", expected /user/generation-history/${body.history_item_id}`);
+  }
+});
+// The error transactions send no Idempotency-Key: the example key with other payloads would answer 422 reused.
+on('before', `${CREATE} > 400 > application/problem+json`, (t) => {
+  delete t.request.headers['Idempotency-Key'];
+  useMultipart(t, [{ name: 'tool', value: 'fashion_card' }]); // the required image `clothes` is missing
+});
+expectProblemCode(`${CREATE} > 400 > application/problem+json`, 'validation_failed');
+on('before', `${CREATE} > 401 > application/problem+json`, (t) => {
+  delete t.request.headers['Idempotency-Key'];
+  useMultipart(t, validJobParts());
+});
+expectProblemCode(`${CREATE} > 401 > application/problem+json`, 'unauthorized');
+on('before', `${CREATE} > 413 > application/problem+json`, (t) => {
+  delete t.request.headers['Idempotency-Key'];
+  // One byte over the documented 10 MiB per file (the service drains the rest of the upload after answering).
+  const oversized = Buffer.concat([state.png, Buffer.alloc(10 * 1024 * 1024 + 1 - state.png.length)]);
+  useMultipart(t, [{ name: 'tool', value: 'fashion_card' }, clothesPart(oversized)]);
+});
+expectProblemCode(`${CREATE} > 413 > application/problem+json`, 'payload_too_large');
+on('before', `${CREATE} > 415 > application/problem+json`, (t) => {
+  delete t.request.headers['Idempotency-Key'];
+  const notAnImage = Buffer.from('This is plain text, not a JPEG, PNG or WebP image.\n'.repeat(40), 'utf8');
+  useMultipart(t, [{ name: 'tool', value: 'fashion_card' }, clothesPart(notAnImage)]);
+});
+expectProblemCode(`${CREATE} > 415 > application/problem+json`, 'unsupported_media_type');
+on('before', `${CREATE} > 422 > application/problem+json`, (t) => {
+  delete t.request.headers['Idempotency-Key'];
+  useMultipart(t, [{ name: 'tool', value: 'hat_swap' }, clothesPart()]);
+});
+expectProblemCode(`${CREATE} > 422 > application/problem+json`, 'unknown_tool');
+
+// GET /user/generation-history (all of user 1's items: the job above and the seeded error item)
+const LIST = "/user/generation-history > List the caller's history items";
+on('before', `${LIST} > 200 > application/json`, (t) => setPath(t, '/user/generation-history?page=1&limit=20'));
+on('beforeValidation', `${LIST} > 200 > application/json`, (t) => {
+  const ids = realJson(t).items.map((item) => item.history_item_id);
+  for (const id of [requireItem(), ERROR_ITEM_ID]) {
+    if (!ids.includes(id)) throw new Error(`item ${id} of this user is missing from the list`);
+  }
+});
+on('before', `${LIST} > 400 > application/problem+json`, (t) => setPath(t, '/user/generation-history?limit=0'));
+expectProblemCode(`${LIST} > 400 > application/problem+json`, 'validation_failed');
+
+// GET /user/generation-history/{id}
+const READ = '/user/generation-history/{id} > Read one history item (poll a job)';
+on('before', `${READ} > 200 > application/json`, (t) => setPath(t, `/user/generation-history/${requireItem()}`));
+on('before', `${READ} > 400 > application/problem+json`, (t) => setPath(t, '/user/generation-history/not-a-uuid'));
+expectProblemCode(`${READ} > 400 > application/problem+json`, 'validation_failed');
+on('before', `${READ} > 401 > application/problem+json`, (t) => setPath(t, `/user/generation-history/${requireItem()}`));
+on('before', `${READ} > 404 > application/problem+json`, (t) => {
+  setPath(t, `/user/generation-history/${requireItem()}`);
+  useKey(t, OTHER_API_KEY); // user 1's item asked for by user 2
+});
+expectProblemCode(`${READ} > 404 > application/problem+json`, 'not_found');
+
+// DELETE /user/generation-history/{id} (204 deletes a job of its own, so user 1's item lives on for feedback)
+const DELETE = '/user/generation-history/{id} > Delete a history item';
+on('before', `${DELETE} > 204`, async (t) => setPath(t, `/user/generation-history/${await createJob()}`));
+on('before', `${DELETE} > 400 > application/problem+json`, (t) => setPath(t, '/user/generation-history/not-a-uuid'));
+expectProblemCode(`${DELETE} > 400 > application/problem+json`, 'validation_failed');
+on('before', `${DELETE} > 401 > application/problem+json`, (t) => setPath(t, `/user/generation-history/${requireItem()}`));
+on('before', `${DELETE} > 404 > application/problem+json`, (t) => {
+  setPath(t, `/user/generation-history/${requireItem()}`);
+  useKey(t, OTHER_API_KEY);
+});
+expectProblemCode(`${DELETE} > 404 > application/problem+json`, 'not_found');
+
+// PATCH /user/generation-history/feedback/{id}
+const FEEDBACK = '/user/generation-history/feedback/{id} > Give feedback on a history item';
+on('before', `${FEEDBACK} > 200 > application/json`, async (t) => {
+  await itemComplete(); // feedback is accepted on complete items only
+  setPath(t, `/user/generation-history/feedback/${requireItem()}`);
+  setJsonBody(t, { like: true });
+});
+on('beforeValidation', `${FEEDBACK} > 200 > application/json`, (t) => {
+  if (realJson(t).like !== true) throw new Error(`like is not true after feedback: ${t.real.body}`);
+});
+on('before', `${FEEDBACK} > 400 > application/problem+json`, (t) => {
+  setPath(t, `/user/generation-history/feedback/${requireItem()}`);
+  setJsonBody(t, { like: 'yes' });
+});
+expectProblemCode(`${FEEDBACK} > 400 > application/problem+json`, 'validation_failed');
+on('before', `${FEEDBACK} > 401 > application/problem+json`, (t) =>
+  setPath(t, `/user/generation-history/feedback/${requireItem()}`),
+);
+on('before', `${FEEDBACK} > 404 > application/problem+json`, (t) => {
+  setPath(t, `/user/generation-history/feedback/${requireItem()}`);
+  useKey(t, OTHER_API_KEY);
+});
+expectProblemCode(`${FEEDBACK} > 404 > application/problem+json`, 'not_found');
+on('before', `${FEEDBACK} > 409 > application/problem+json`, (t) =>
+  setPath(t, `/user/generation-history/feedback/${ERROR_ITEM_ID}`), // seeded with status `error`
+);
+expectProblemCode(`${FEEDBACK} > 409 > application/problem+json`, 'not_complete');
+
+// GET /media/{id}/{file}: the results of user 1's job, checked by their bytes (Dredd can only diff text)
+const MEDIA = '/media/{id}/{file} > Download a result image';
+const IMAGE_CHECKS = {
+  'preview.webp': async (bytes) => {
+    if (bytes.subarray(0, 4).toString('latin1') !== 'RIFF' || bytes.subarray(8, 12).toString('latin1') !== 'WEBP') {
+      throw new Error('preview.webp is not a WebP image');
+    }
+    const { width, height } = await require('sharp')(bytes).metadata();
+    if (Math.max(width, height) > 512) throw new Error(`preview is ${width}x${height}, more than 512 px on a side`);
+  },
+  'stock.jpg': async (bytes) => {
+    if (!(bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff)) throw new Error('stock.jpg is not a JPEG image');
+  },
+};
+for (const [contentType, file] of [
+  ['image/webp', 'preview.webp'],
+  ['image/jpeg', 'stock.jpg'],
+]) {
+  const name = `${MEDIA} > 200 > ${contentType}`;
+  on('before', name, async (t) => {
+    const item = await itemComplete();
+    const path = file === 'preview.webp' ? item.preview_url : item.stock_url;
+    if (path !== `media/${item.history_item_id}/${file}`) throw new Error(`unexpected media path ${path}`);
+    setPath(t, `/${path}`);
+  });
+  on('beforeValidation', name, async (t) => {
+    await IMAGE_CHECKS[file](realBody(t));
+    t.expected.body = t.real.body; // the bytes were checked above; Dredd would diff them against an empty example
+  });
+}
+on('before', `${MEDIA} > 404 > application/problem+json`, (t) => {
+  setPath(t, `/media/${randomUUID()}/preview.webp`);
+});
+expectProblemCode(`${MEDIA} > 404 > application/problem+json`, 'not_found');
+
+// Contract endpoints: the very document this run reads.
+on('beforeValidation', '/openapi.json > This contract as JSON > 200 > application/json', (t) => {
+  if (JSON.stringify(realJson(t)) !== JSON.stringify(contract)) throw new Error('/openapi.json is not openapi/openapi.yaml');
+});
+on('beforeValidation', '/openapi.yaml > This contract as YAML > 200 > application/yaml', (t) => {
+  t.expected.body = readFileSync(CONTRACT_FILE, 'utf8'); // exact text comparison by Dredd
+});
