@@ -52,6 +52,9 @@ export class UploadParser implements OnModuleInit {
         fieldNameSize: FIELD_NAME_MAX_BYTES,
         fieldSize: FIELD_VALUE_MAX_BYTES,
         headerPairs: 20,
+        // Field names are taken literally: no tool has a bracketed field, and multer would otherwise turn
+        // `prompt[x]` into a nested object under `prompt` (which then fails as a 500, not a 400).
+        fieldNestingDepth: 0,
       },
     });
   }
@@ -245,6 +248,10 @@ async function sniffFormat(path: string, size: number): Promise<ImageFormat | un
 
 function multipartError(error: unknown, config: AppConfig): DomainError {
   if (error instanceof MulterError) {
+    // A bracketed field name (see `fieldNestingDepth`); @types/multer does not know this multer 2.5 code yet.
+    if ((error.code as string) === 'LIMIT_FIELD_NESTING') {
+      return unexpected(error.field ?? 'field', 'is not a field of any tool');
+    }
     switch (error.code) {
       case 'LIMIT_FILE_SIZE':
         return new DomainError(

@@ -75,7 +75,10 @@ function integerParam(query: Record<string, unknown>, name: string, fallback: nu
 
 /** Exactly `{"like": true|false|null}` as JSON; anything else is refused rather than half-understood. */
 function parseFeedback(request: Request, body: unknown): boolean | null {
-  if (!request.is('application/json')) throw invalid('body', 'send application/json');
+  // `is` answers null for a request without a body: that one is told `like` is missing, below.
+  if (request.is('application/json') === false) {
+    throw new DomainError('bad_request', 'The request body must be application/json.');
+  }
   const isObject = typeof body === 'object' && body !== null && !Array.isArray(body);
   const keys = isObject ? Object.keys(body) : [];
   const like = isObject ? (body as { like?: unknown }).like : undefined;

@@ -1,6 +1,6 @@
 import type { components } from '../generated/openapi.js';
 import { mediaPath } from '../media/media.js';
-import type { HistoryItem } from './history-item.entity.js';
+import type { HistoryListRow } from './history-list.sql.js';
 
 type HistoryItemSchema = components['schemas']['HistoryItem'];
 type HistoryPageSchema = components['schemas']['HistoryPage'];
@@ -20,7 +20,7 @@ export class HistoryItemDto implements HistoryItemSchema {
   completed_at: string | null;
 
   /** Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL. */
-  static from(item: HistoryItem, publicBaseUrl: string): HistoryItemDto {
+  static from(item: HistoryListRow, publicBaseUrl: string): HistoryItemDto {
     const complete = item.status === 'complete';
     const stock = mediaPath(item.id, 'stock');
     return {

@@ -8,15 +8,11 @@ import { AppConfig } from '../config/config.js';
 import { GENERATION_QUEUE } from '../generation/generation.queue.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
-import { HistoryItem, type JobStatus } from './history-item.entity.js';
+import { HistoryItem } from './history-item.entity.js';
+import { type HistoryListRow, type HistoryQuery, historyListSql } from './history-list.sql.js';
 import { HistoryItemDto, type HistoryPageDto } from './history.dto.js';
 
-export interface HistoryQuery {
-  page: number;
-  limit: number;
-  status?: JobStatus;
-  generationType?: string;
-}
+export type { HistoryQuery };
 
 /** A user's own history; another user's item is answered exactly like a missing one. */
 @Injectable()
@@ -43,17 +39,11 @@ export class HistoryService {
 
   /** Newest first, ties broken by id, so pages neither repeat nor skip items. */
   async list(userId: string, query: HistoryQuery): Promise<HistoryPageDto> {
-    const where = {
-      userId,
-      ...(query.status && { status: query.status }),
-      ...(query.generationType && { generationType: query.generationType }),
-    };
-    const [items, total] = await this.items.findAndCount({
-      where,
-      order: { createdAt: 'DESC', id: 'DESC' },
-      skip: (query.page - 1) * query.limit,
-      take: query.limit,
-    });
+    const sql = historyListSql(userId, query);
+    const [items, [{ total }]] = (await Promise.all([
+      this.dataSource.query(sql.page.text, sql.page.values),
+      this.dataSource.query(sql.count.text, sql.count.values),
+    ])) as [HistoryListRow[], [{ total: number }]];
     return {
       items: items.map((item) => HistoryItemDto.from(item, this.config.publicBaseUrl)),
       page: query.page,

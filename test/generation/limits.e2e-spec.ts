@@ -1,0 +1,113 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { expectMatchesContract } from '../support/contract.js';
+import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { inputsFor, postJob } from '../support/jobs.js';
+import { createUserWithKey, type RunningService, startService } from '../support/service.js';
+import { CREATE_PATH, filesUnder, inputFolders, listHistory, type ProblemBody, retryAfterSeconds } from './helpers.js';
+
+async function expectTooManyRequests(response: Response, code: string): Promise<ProblemBody> {
+  expect(response.status).toBe(429);
+  const body = (await expectMatchesContract(response, 'POST', CREATE_PATH)) as ProblemBody;
+  expect(body).toMatchObject({ type: `urn:igs:problem:${code}`, status: 429, code });
+  return body;
+}
+
+describe('per-user limits on job creation', () => {
+  let env: TestEnvironment;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+  }, 60_000);
+
+  afterAll(async () => {
+    await env?.dispose();
+  }, 60_000);
+
+  // No worker in either service: every accepted job stays pending.
+  describe('at most 2 pending jobs (LIMIT_MAX_PENDING=2)', () => {
+    let sut: RunningService;
+
+    beforeAll(async () => {
+      sut = await startService({ ...env.serviceEnv, ROLE: 'api', LIMIT_MAX_PENDING: '2' });
+    }, 60_000);
+
+    afterAll(async () => {
+      await sut?.stop();
+    }, 60_000);
+
+    it('refuses the third pending job with 429 too_many_pending and Retry-After, creating nothing', async () => {
+      const apiKey = await createUserWithKey(env.databaseUrl);
+      const fields = await inputsFor('default');
+      for (let i = 0; i < 2; i++) expect((await postJob(sut.baseUrl, apiKey, fields)).status).toBe(202);
+      const storedBefore = await inputFolders(env.serviceEnv.INPUT_ROOT);
+
+      const response = await postJob(sut.baseUrl, apiKey, fields);
+
+      await expectTooManyRequests(response, 'too_many_pending');
+      expect(retryAfterSeconds(response)).toBeGreaterThanOrEqual(1);
+      const history = await listHistory(sut.baseUrl, apiKey);
+      expect(history.total).toBe(2);
+      expect(history.items.map((item) => item.status)).toEqual(['pending', 'pending']);
+      // The refused upload is neither kept as a temporary file nor stored as an input.
+      expect(await filesUnder(env.serviceEnv.UPLOAD_TMP_DIR)).toEqual([]);
+      expect(await inputFolders(env.serviceEnv.INPUT_ROOT)).toEqual(storedBefore);
+    });
+
+    it('never lets parallel requests create more pending jobs than allowed', async () => {
+      const apiKey = await createUserWithKey(env.databaseUrl);
+      const fields = await inputsFor('fashion_swap');
+      const storedBefore = await inputFolders(env.serviceEnv.INPUT_ROOT);
+
+      const responses = await Promise.all(Array.from({ length: 6 }, () => postJob(sut.baseUrl, apiKey, fields)));
+
+      const accepted = responses.filter((response) => response.status === 202);
+      const refused = responses.filter((response) => response.status !== 202);
+      expect(accepted).toHaveLength(2);
+      expect(refused).toHaveLength(4);
+      const ids: string[] = [];
+      for (const response of accepted) {
+        ids.push(((await expectMatchesContract(response, 'POST', CREATE_PATH)) as { history_item_id: string }).history_item_id);
+      }
+      for (const response of refused) await expectTooManyRequests(response, 'too_many_pending');
+      const pending = await listHistory(sut.baseUrl, apiKey, '?status=pending');
+      expect(pending.total).toBe(2);
+      expect(pending.items.map((item) => item.history_item_id).sort()).toEqual([...ids].sort());
+      expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(2);
+      // Only the two accepted jobs keep inputs; the refused ones were cleaned up.
+      expect(await inputFolders(env.serviceEnv.INPUT_ROOT)).toEqual(new Set([...storedBefore, ...ids]));
+      expect(await filesUnder(env.serviceEnv.UPLOAD_TMP_DIR)).toEqual([]);
+    });
+  });
+
+  describe('at most 3 creations a minute (LIMIT_CREATIONS_PER_MINUTE=3)', () => {
+    let sut: RunningService;
+
+    beforeAll(async () => {
+      sut = await startService({ ...env.serviceEnv, ROLE: 'api', LIMIT_CREATIONS_PER_MINUTE: '3' });
+    }, 60_000);
+
+    afterAll(async () => {
+      await sut?.stop();
+    }, 60_000);
+
+    it('refuses the 4th creation in the minute with 429 rate_limited and Retry-After of 1 to 60 s', async () => {
+      const apiKey = await createUserWithKey(env.databaseUrl);
+      const otherKey = await createUserWithKey(env.databaseUrl);
+      const fields = await inputsFor('default');
+      // The budget is counted per clock minute: keep the burst inside one, as "in the minute" means.
+      const leftInMinute = 60_000 - (Date.now() % 60_000);
+      if (leftInMinute < 5_000) await sleep(leftInMinute + 100);
+      for (let i = 0; i < 3; i++) expect((await postJob(sut.baseUrl, apiKey, fields)).status).toBe(202);
+
+      const response = await postJob(sut.baseUrl, apiKey, fields);
+
+      await expectTooManyRequests(response, 'rate_limited');
+      const retryAfter = retryAfterSeconds(response);
+      expect(retryAfter).toBeGreaterThanOrEqual(1);
+      expect(retryAfter).toBeLessThanOrEqual(60);
+      expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(3);
+      // The budget is the user's own: another user is unaffected.
+      expect((await postJob(sut.baseUrl, otherKey, fields)).status).toBe(202);
+    }, 15_000);
+  });
+});
