@@ -65,7 +65,9 @@ function httpStatusOf(exception: unknown): number | undefined {
 }
 
 function clientMessage(exception: unknown, status: number): string {
-  const type = (exception as { type?: unknown }).type;
+  // Nest wraps body-parser's error; its `type` says what was wrong with the body.
+  const parserError = (exception as { cause?: unknown }).cause ?? exception;
+  const type = (parserError as { type?: unknown } | null)?.type;
   if (type === 'entity.parse.failed') return 'The request body is not valid JSON.';
   if (type === 'encoding.unsupported' || type === 'charset.unsupported') return 'Unsupported body encoding.';
   if (exception instanceof HttpException && status !== 400) return exception.message;

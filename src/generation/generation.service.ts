@@ -31,7 +31,7 @@ export class GenerationService {
   /** Validates the upload, records the job and queues it; answers what the client is to receive. */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
     const idempotencyKey = IdempotencyKeys.validate(request.headers['idempotency-key']);
-    await this.rateLimit.take(userId);
+    await this.rateLimit.check(userId);
     const upload = await this.uploads.parse(request, response);
     try {
       if (!idempotencyKey) return await this.accept(userId, upload);
@@ -56,6 +56,8 @@ export class GenerationService {
    * row and inputs are removed again and the client is told to retry (503).
    */
   private async accept(userId: string, upload: ValidUpload): Promise<StoredResponse> {
+    // Only creations count against the per-minute budget: not refused uploads, not idempotent replays.
+    await this.rateLimit.take(userId);
     const id = randomUUID();
     const stored: Record<string, StoredInput> = {};
     try {

@@ -94,9 +94,6 @@ describe('per-user limits on job creation', () => {
       const apiKey = await createUserWithKey(env.databaseUrl);
       const otherKey = await createUserWithKey(env.databaseUrl);
       const fields = await inputsFor('default');
-      // The budget is counted per clock minute: keep the burst inside one, as "in the minute" means.
-      const leftInMinute = 60_000 - (Date.now() % 60_000);
-      if (leftInMinute < 5_000) await sleep(leftInMinute + 100);
       for (let i = 0; i < 3; i++) expect((await postJob(sut.baseUrl, apiKey, fields)).status).toBe(202);
 
       const response = await postJob(sut.baseUrl, apiKey, fields);
@@ -109,5 +106,37 @@ describe('per-user limits on job creation', () => {
       // The budget is the user's own: another user is unaffected.
       expect((await postJob(sut.baseUrl, otherKey, fields)).status).toBe(202);
     }, 15_000);
+
+    it('counts neither refused uploads nor idempotent replays against the budget', async () => {
+      const apiKey = await createUserWithKey(env.databaseUrl);
+      const fields = await inputsFor('default');
+      const notAnImage = { ...fields, image: { data: Buffer.from('plain text, not an image'), contentType: 'image/png' } };
+      for (let i = 0; i < 3; i++) expect((await postJob(sut.baseUrl, apiKey, notAnImage)).status).toBe(415);
+      const first = await postJob(sut.baseUrl, apiKey, fields, { 'Idempotency-Key': 'replayed' });
+      expect(first.status).toBe(202);
+      for (let i = 0; i < 3; i++) {
+        expect((await postJob(sut.baseUrl, apiKey, fields, { 'Idempotency-Key': 'replayed' })).status).toBe(202);
+      }
+
+      for (let i = 0; i < 2; i++) expect((await postJob(sut.baseUrl, apiKey, fields)).status).toBe(202);
+
+      await expectTooManyRequests(await postJob(sut.baseUrl, apiKey, fields), 'rate_limited');
+      expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(3);
+    }, 15_000);
+
+    it('does not hand out a second budget when a burst crosses a minute boundary', async () => {
+      const apiKey = await createUserWithKey(env.databaseUrl);
+      const fields = await inputsFor('default');
+      // Three creations just before the minute turns, then as many as are allowed right after it.
+      const leftInMinute = 60_000 - (Date.now() % 60_000);
+      if (leftInMinute > 2_000) await sleep(leftInMinute - 2_000);
+      for (let i = 0; i < 3; i++) expect((await postJob(sut.baseUrl, apiKey, fields)).status).toBe(202);
+      await sleep(Math.max(0, 60_000 - (Date.now() % 60_000)) + 200);
+
+      const after = await postJob(sut.baseUrl, apiKey, fields);
+
+      await expectTooManyRequests(after, 'rate_limited');
+      expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(3);
+    }, 75_000);
   });
 });
