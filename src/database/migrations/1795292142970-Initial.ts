@@ -42,7 +42,7 @@ export class Initial1795292142970 implements MigrationInterface {
         CONSTRAINT "history_items_status_check" CHECK ("status" IN ('pending', 'complete', 'error')),
         CONSTRAINT "history_items_error_check" CHECK (("status" = 'error') = ("error_code" IS NOT NULL)),
         CONSTRAINT "PK_history_items" PRIMARY KEY ("id"),
-        CONSTRAINT "FK_history_items_user" FOREIGN KEY ("user_id") REFERENCES "users"("id") ON DELETE CASCADE
+        CONSTRAINT "FK_a5b4984e62f3f8b031fc625cf0c" FOREIGN KEY ("user_id") REFERENCES "users"("id") ON DELETE CASCADE
       )`);
     await db.query(`CREATE INDEX "history_items_user_created" ON "history_items" ("user_id", "created_at", "id")`);
     await db.query(

@@ -1,0 +1,142 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import contractSchema from '../support/contract-schema.cjs';
+import { freePort } from '../support/service.js';
+
+const PRISM = new URL('../../node_modules/.bin/prism', import.meta.url).pathname;
+const CONTRACT_FILE = new URL('../../openapi/openapi.yaml', import.meta.url).pathname;
+const STARTUP_TIMEOUT_MS = 60_000;
+
+type Contract = {
+  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { example?: unknown }> }> }>>;
+};
+
+/** The example the contract documents for an operation's 200 JSON answer. */
+function documentedExample(path: string): unknown {
+  const contract = contractSchema.loadContract() as Contract;
+  return contract.paths[path].get.responses['200'].content!['application/json'].example;
+}
+
+/** Prism's list of what the request broke, from its `sl-violations` header. */
+function violations(response: Response): Array<{ location: string[]; code: string | number; message: string }> {
+  return JSON.parse(response.headers.get('sl-violations') ?? '[]');
+}
+
+/** Prism's mock server on the contract: what client developers run before the service exists. */
+describe('the mock server (prism mock openapi/openapi.yaml)', () => {
+  let prism: ChildProcess;
+  let prismExited: Promise<unknown>;
+  let output = '';
+  let baseUrl: string;
+
+  beforeAll(async () => {
+    const port = await freePort();
+    baseUrl = `http://127.0.0.1:${port}`;
+    prism = spawn(PRISM, ['mock', '-h', '127.0.0.1', '-p', String(port), CONTRACT_FILE], {
+      env: { PATH: process.env.PATH },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    prismExited = once(prism, 'exit');
+    prism.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    prism.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    for (;;) {
+      if (prism.exitCode !== null) throw new Error(`prism exited with ${prism.exitCode}:\n${output}`);
+      try {
+        if ((await fetch(`${baseUrl}/health/live`)).ok) break;
+      } catch {
+        // not listening yet
+      }
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }, STARTUP_TIMEOUT_MS);
+
+  afterAll(async () => {
+    if (prism && prism.exitCode === null && prism.signalCode === null) {
+      prism.kill('SIGTERM');
+      await prismExited;
+    }
+  }, STARTUP_TIMEOUT_MS);
+
+  function sut(path: string, headers: Record<string, string> = { authorization: 'Bearer anything' }) {
+    return fetch(`${baseUrl}${path}`, { headers });
+  }
+
+  it('answers GET /generation/tools with the documented example: the seven tools', async () => {
+    const response = await sut('/generation/tools');
+
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as Array<{ tool: string }>;
+    expect(body).toEqual(documentedExample('/generation/tools'));
+    expect(body.map((tool) => tool.tool)).toEqual([
+      'fashion_swap',
+      'fashion_swap_half',
+      'fashion_card',
+      'lengerie',
+      'furniture',
+      'fabric',
+      'default',
+    ]);
+  });
+
+  it('answers GET /generation/generationTypes with a documented example', async () => {
+    const response = await sut('/generation/generationTypes?tool=fashion_swap_half');
+
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as Array<{ generation_type: string; is_default: boolean }>;
+    expect(body.filter((type) => type.is_default)).toHaveLength(1);
+    expect(body.map((type) => type.generation_type)).toEqual(['upper', 'lower']);
+  });
+
+  it('answers 401 problem+json without an Authorization header', async () => {
+    const response = await sut('/generation/tools', {});
+
+    expect(response.status).toBe(401);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(response.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    expect(await response.json()).toMatchObject({ status: 401, code: 'unauthorized' });
+  });
+
+  it('answers the health probes without a key', async () => {
+    const response = await sut('/health/live', {});
+
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({ status: 'ok' });
+  });
+
+  // Prism answers a request that breaks the contract with the operation's documented 422 or else 400
+  // response (its own 422 problem when neither is documented), naming the violation in `sl-violations`.
+  it('rejects a history page size the contract does not allow, naming the parameter', async () => {
+    const response = await sut('/user/generation-history?limit=1000');
+
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(await response.json()).toMatchObject({ status: 400, code: 'validation_failed' });
+    expect(violations(response)).toEqual([
+      expect.objectContaining({ location: ['request', 'query', 'limit'], code: 'maximum' }),
+    ]);
+  });
+
+  it('rejects a generation types request without the tool parameter', async () => {
+    const response = await sut('/generation/generationTypes');
+
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(violations(response)).toEqual([expect.objectContaining({ code: 'required' })]);
+    expect(violations(response)[0].message).toContain('tool');
+  });
+
+  it('rejects a history item id that is not a UUID', async () => {
+    const response = await sut('/user/generation-history/not-a-uuid');
+
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(violations(response).length).toBeGreaterThan(0);
+  });
+
+  it('answers with its own 422 problem when the operation documents no validation error', async () => {
+    const response = await sut('/media/not-a-uuid/preview.webp', {});
+
+    expect(response.status).toBe(422);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  });
+});
