@@ -1,14 +1,17 @@
 /** Compositing helpers on raw buffers (no encode/decode between steps). Every function mutates `base` in place. */
-import { type Plane, type RawImage, blurPlane, clamp, clampByte } from './raw-image.js';
+import { type Plane, type RawImage, clamp, clampByte } from './raw-image.js';
+
+// Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
+const { ceil, exp, floor, max, min, round, sqrt } = Math;
 
 /** Alpha-composite an RGBA overlay onto an RGB(A) base at (left, top); parts outside the base are clipped. */
 export function compositeOver(base: RawImage, overlay: RawImage, left: number, top: number, opacity = 1): void {
   const bc = base.channels;
   const oc = overlay.channels;
-  const x0 = Math.max(0, left);
-  const y0 = Math.max(0, top);
-  const x1 = Math.min(base.width, left + overlay.width);
-  const y1 = Math.min(base.height, top + overlay.height);
+  const x0 = max(0, left);
+  const y0 = max(0, top);
+  const x1 = min(base.width, left + overlay.width);
+  const y1 = min(base.height, top + overlay.height);
   for (let y = y0; y < y1; y++) {
     const oy = y - top;
     for (let x = x0; x < x1; x++) {
@@ -32,10 +35,10 @@ export function compositeOver(base: RawImage, overlay: RawImage, left: number, t
 /** Darken the base by a shade plane placed at (left, top): base *= 1 - strength * shade / 255. */
 export function applyShade(base: RawImage, shade: Plane, left: number, top: number, strength: number): void {
   const bc = base.channels;
-  const x0 = Math.max(0, left);
-  const y0 = Math.max(0, top);
-  const x1 = Math.min(base.width, left + shade.width);
-  const y1 = Math.min(base.height, top + shade.height);
+  const x0 = max(0, left);
+  const y0 = max(0, top);
+  const x1 = min(base.width, left + shade.width);
+  const y1 = min(base.height, top + shade.height);
   for (let y = y0; y < y1; y++) {
     const sy = y - top;
     for (let x = x0; x < x1; x++) {
@@ -63,17 +66,85 @@ export function alphaOf(image: RawImage): Plane {
 }
 
 /**
- * A soft shadow of an alpha silhouette: the silhouette padded by `pad` pixels on every side and blurred.
- * Place it at (overlayLeft - pad + dx, overlayTop - pad + dy).
+ * A soft shadow of an alpha silhouette: the silhouette padded by `pad` pixels on every side and Gaussian-blurred
+ * (approximated by three box blurs, on a copy reduced by up to 8x for wide blurs, then scaled back bilinearly).
+ * Pure JS, no sharp round trips. Place it at (overlayLeft - pad + dx, overlayTop - pad + dy).
  */
-export async function softShadow(alpha: Plane, sigma: number, pad: number): Promise<Plane> {
+export function softShadow(alpha: Plane, sigma: number, pad: number): Plane {
   const width = alpha.width + pad * 2;
   const height = alpha.height + pad * 2;
-  const padded = new Uint8Array(width * height);
+  const factor = clamp(floor(sigma / 1.5), 1, 8);
+  const sw = ceil(width / factor);
+  const sh = ceil(height / factor);
+  const small = new Float32Array(sw * sh);
   for (let y = 0; y < alpha.height; y++) {
-    padded.set(alpha.data.subarray(y * alpha.width, (y + 1) * alpha.width), (y + pad) * width + pad);
+    const row = ((((y + pad) / factor) | 0) * sw) | 0;
+    for (let x = 0; x < alpha.width; x++) {
+      small[row + (((x + pad) / factor) | 0)] += alpha.data[y * alpha.width + x];
+    }
   }
-  return blurPlane({ data: padded, width, height }, sigma);
+  const norm = 1 / (factor * factor);
+  for (let i = 0; i < small.length; i++) small[i] *= norm;
+  const s = sigma / factor;
+  const radius = max(0, round((sqrt(4 * s * s + 1) - 1) / 2));
+  if (radius > 0) {
+    const tmp = new Float32Array(max(sw, sh));
+    for (let pass = 0; pass < 3; pass++) {
+      boxBlur(small, sw, sh, 1, sw, radius, tmp); // rows
+      boxBlur(small, sh, sw, sw, 1, radius, tmp); // columns
+    }
+  }
+  if (factor === 1) {
+    const out = new Uint8Array(width * height);
+    for (let i = 0; i < out.length; i++) out[i] = clampByte(small[i]);
+    return { data: out, width, height };
+  }
+  return { data: upsample(small, sw, sh, width, height, factor), width, height };
+}
+
+/** In-place box blur of `lines` lines of `length` samples (`step` apart; lines `lineStep` apart), zero outside. */
+function boxBlur(data: Float32Array, lines: number, length: number, step: number, lineStep: number, radius: number, tmp: Float32Array): void {
+  const norm = 1 / (radius * 2 + 1);
+  for (let line = 0; line < lines; line++) {
+    const base = line * lineStep;
+    for (let k = 0; k < length; k++) tmp[k] = data[base + k * step];
+    let sum = 0;
+    for (let k = 0; k < min(radius, length); k++) sum += tmp[k];
+    for (let k = 0; k < length; k++) {
+      if (k + radius < length) sum += tmp[k + radius];
+      if (k - radius - 1 >= 0) sum -= tmp[k - radius - 1];
+      data[base + k * step] = sum * norm;
+    }
+  }
+}
+
+/** Bilinear upsampling of a reduced plane back to width x height. */
+function upsample(small: Float32Array, sw: number, sh: number, width: number, height: number, factor: number): Uint8Array {
+  const out = new Uint8Array(width * height);
+  const x0s = new Int32Array(width);
+  const fxs = new Float32Array(width);
+  for (let x = 0; x < width; x++) {
+    const sx = clamp((x + 0.5) / factor - 0.5, 0, sw - 1);
+    x0s[x] = min(sw - 2, floor(sx));
+    fxs[x] = sx - x0s[x];
+  }
+  for (let y = 0; y < height; y++) {
+    const sy = clamp((y + 0.5) / factor - 0.5, 0, sh - 1);
+    const y0 = max(0, min(sh - 2, floor(sy)));
+    const fy = sy - y0;
+    const r0 = y0 * sw;
+    const r1 = min(sh - 1, y0 + 1) * sw;
+    const row = y * width;
+    for (let x = 0; x < width; x++) {
+      const x0 = max(0, x0s[x]);
+      const x1 = min(sw - 1, x0 + 1);
+      const fx = fxs[x];
+      const top = small[r0 + x0] + (small[r0 + x1] - small[r0 + x0]) * fx;
+      const bottom = small[r1 + x0] + (small[r1 + x1] - small[r1 + x0]) * fx;
+      out[row + x] = clampByte(top + (bottom - top) * fy);
+    }
+  }
+  return out;
 }
 
 /**
@@ -81,8 +152,8 @@ export async function softShadow(alpha: Plane, sigma: number, pad: number): Prom
  * extends 3 sigma. Place it at (cx - plane.width / 2, cy - plane.height / 2).
  */
 export function ellipseShade(rx: number, ry: number): Plane {
-  const hw = Math.max(1, Math.ceil(rx * 3));
-  const hh = Math.max(1, Math.ceil(ry * 3));
+  const hw = max(1, ceil(rx * 3));
+  const hh = max(1, ceil(ry * 3));
   const width = hw * 2;
   const height = hh * 2;
   const out = new Uint8Array(width * height);
@@ -90,17 +161,10 @@ export function ellipseShade(rx: number, ry: number): Plane {
     const dy = (y + 0.5 - hh) / ry;
     for (let x = 0; x < width; x++) {
       const dx = (x + 0.5 - hw) / rx;
-      out[y * width + x] = clampByte(255 * Math.exp(-0.5 * (dx * dx + dy * dy)));
+      out[y * width + x] = clampByte(255 * exp(-0.5 * (dx * dx + dy * dy)));
     }
   }
   return { data: out, width, height };
-}
-
-/** Pixel-wise maximum of two equally sized planes. */
-export function maxPlane(a: Plane, b: Plane): Plane {
-  const out = new Uint8Array(a.data.length);
-  for (let i = 0; i < out.length; i++) out[i] = a.data[i] > b.data[i] ? a.data[i] : b.data[i];
-  return { data: out, width: a.width, height: a.height };
 }
 
 /**
@@ -114,7 +178,7 @@ export function featherEllipse(image: RawImage): RawImage {
     const dy = (y + 0.5) / height - 0.5;
     for (let x = 0; x < width; x++) {
       const dx = (x + 0.5) / width - 0.5;
-      const r = Math.sqrt(dx * dx + dy * dy) * 2; // 0 centre .. 1 at the edge midpoints
+      const r = sqrt(dx * dx + dy * dy) * 2; // 0 centre .. 1 at the edge midpoints
       const a = clamp((1 - r) / 0.25, 0, 1);
       out[(y * width + x) * 4 + 3] = clampByte(a * 255);
     }

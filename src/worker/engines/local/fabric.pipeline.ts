@@ -6,9 +6,12 @@
  * mask the target is unchanged. When the target's background is busy, the whole frame is retextured.
  * Output size = the target image.
  */
-import { keyBackground } from './keying.js';
+import { objectMask } from './cutout.js';
 import type { Pipeline } from './pipeline.js';
-import { type RawImage, clamp, clampByte, fromRaw, luma, toRawImage } from './raw-image.js';
+import { type RawImage, clamp, clampByte, fromRaw, toRawImage } from './raw-image.js';
+
+// Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
+const { max, round } = Math;
 
 /** Repeats of the swatch across the object's width. */
 export const FABRIC_REPEATS = 4;
@@ -16,28 +19,33 @@ export const FABRIC_REPEATS = 4;
 export const fabricRetexturePipeline: Pipeline = async (ctx) => {
   const [fabric, target] = await Promise.all([ctx.image('fabric'), ctx.image('target')]);
   ctx.checkpoint();
-  const key = keyBackground(target);
-  const { left, top, right, bottom } = key.box;
-  const alpha = key.alpha.data;
+  const mask = await objectMask(target);
+  const { left, top, right, bottom } = mask.box;
+  const alpha = mask.alpha.data;
 
-  const tileW = Math.round(clamp((right - left) / FABRIC_REPEATS, 16, 4096));
-  const tileH = Math.max(1, Math.round((tileW * fabric.height) / fabric.width));
+  const tileW = round(clamp((right - left) / FABRIC_REPEATS, 16, 4096));
+  const tileH = max(1, round((tileW * fabric.height) / fabric.width));
   const tile = await toRawImage(fromRaw(fabric).resize(tileW, tileH, { fit: 'fill', kernel: 'lanczos3' }));
   ctx.checkpoint();
 
-  const shade = luma(target);
+  const { data, width, channels: c } = target;
   let sum = 0;
   let count = 0;
   for (let y = top; y < bottom; y++) {
     for (let x = left; x < right; x++) {
-      const i = y * target.width + x;
+      const i = y * width + x;
       if (alpha[i] >= 128) {
-        sum += shade.data[i];
+        const p = i * c;
+        sum += 0.299 * data[p] + 0.587 * data[p + 1] + 0.114 * data[p + 2];
         count++;
       }
     }
   }
-  const reference = Math.max(16, count ? sum / count : 128);
+  // Luma relative to the object's mean: the shading the fabric is multiplied by.
+  const reference = max(16, count ? sum / count : 128);
+  const kr = 0.299 / reference;
+  const kg = 0.587 / reference;
+  const kb = 0.114 / reference;
 
   // Mirror tiling: column/row lookup tables, origin at the object's top-left corner.
   const mirror = (offset: number, size: number): number => {
@@ -48,21 +56,33 @@ export const fabricRetexturePipeline: Pipeline = async (ctx) => {
   const columns = new Int32Array(target.width);
   for (let x = 0; x < target.width; x++) columns[x] = mirror(x - left, tileW) * 3;
 
-  const output: RawImage = { ...target, data: Buffer.from(target.data) };
-  const c = target.channels;
+  const output: RawImage = { ...target, data: Buffer.from(data) };
+  const out = output.data;
+  const texture = tile.data;
   for (let y = top; y < bottom; y++) {
     const tileRow = mirror(y - top, tileH) * tileW * 3;
     for (let x = left; x < right; x++) {
-      const i = y * target.width + x;
+      const i = y * width + x;
       const a = alpha[i];
       if (a === 0) continue;
-      const k = shade.data[i] / reference;
+      const p = i * c;
+      const r = data[p];
+      const g = data[p + 1];
+      const b = data[p + 2];
+      const k = kr * r + kg * g + kb * b;
       const tp = tileRow + columns[x];
-      const op = i * c;
-      const t = a / 255;
-      for (let ch = 0; ch < 3; ch++) {
-        const textured = tile.data[tp + ch] * k;
-        output.data[op + ch] = clampByte(target.data[op + ch] + (textured - target.data[op + ch]) * t);
+      const tr = texture[tp] * k;
+      const tg = texture[tp + 1] * k;
+      const tb = texture[tp + 2] * k;
+      if (a === 255) {
+        out[p] = clampByte(tr);
+        out[p + 1] = clampByte(tg);
+        out[p + 2] = clampByte(tb);
+      } else {
+        const t = a / 255;
+        out[p] = clampByte(r + (tr - r) * t);
+        out[p + 1] = clampByte(g + (tg - g) * t);
+        out[p + 2] = clampByte(b + (tb - b) * t);
       }
     }
   }

@@ -12,10 +12,14 @@
  * - `auto` (fashion_swap_full): `lower` when the garment has two legs, `dress` when it is long, else `upper`.
  */
 import { type BodyLandmarks, estimateBody } from './body.js';
-import { alphaOf, applyShade, compositeOver, featherEllipse, softShadow } from './compose.js';
-import { extractForeground, keyBackground, runAt } from './keying.js';
+import { alphaOf, applyShade, compositeOver, softShadow } from './compose.js';
+import { analyseObject, cutoutAt } from './cutout.js';
+import { runAt } from './keying.js';
 import type { Pipeline, PipelineContext } from './pipeline.js';
-import { type Plane, type RawImage, clamp, resizeRgba } from './raw-image.js';
+import { type Plane, type RawImage, clamp } from './raw-image.js';
+
+// Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
+const { ceil, floor, max, min, round } = Math;
 
 export type GarmentRegion = 'upper' | 'lower' | 'dress' | 'lingerie';
 
@@ -31,33 +35,35 @@ export const lingerieSwapPipeline: Pipeline = (ctx) => tryOn(ctx, 'lingerie');
 async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): Promise<RawImage> {
   const [clothes, person] = await Promise.all([ctx.image('clothes', { alpha: true }), ctx.image('person')]);
   ctx.checkpoint();
-
-  const key = keyBackground(clothes, { keepRatio: requested === 'lingerie' ? 0.2 : 1 });
-  let garment = extractForeground(clothes, key);
-  if (!key.reliable) {
-    garment = featherEllipse(garment);
-  }
-  const garmentAlpha = alphaOf(garment);
-  const region = requested === 'auto' ? classifyGarment(garmentAlpha) : requested;
-  const body = estimateBody(person);
+  const keyOptions = { keepRatio: requested === 'lingerie' ? 0.2 : 1 };
+  const [garment, body] = await Promise.all([analyseObject(clothes, keyOptions), estimateBody(person)]);
   ctx.checkpoint();
 
-  const fit = fitGarment(garmentAlpha, region, body);
-  const width = Math.max(1, Math.round(garment.width * fit.scaleX));
-  const height = Math.max(1, Math.round(garment.height * fit.scaleY));
-  const fitted = await resizeRgba(garment, width, height);
+  const region = requested !== 'auto' ? requested : garment.reliable ? classifyGarment(garment.silhouette) : 'upper';
+  const fit = fitGarment(garment.silhouette, region, body);
+  // Whatever the measurements say, the garment is never drawn more than 1.2x the person image's size.
+  const bound = min(
+    1,
+    (person.width * 1.2) / (garment.silhouette.width * fit.scaleX),
+    (person.height * 1.2) / (garment.silhouette.height * fit.scaleY),
+  );
+  fit.scaleX *= bound;
+  fit.scaleY *= bound;
+  const width = max(1, round(garment.silhouette.width * fit.scaleX));
+  const height = max(1, round(garment.silhouette.height * fit.scaleY));
+  const cut = await cutoutAt(clothes, garment, width, height, keyOptions);
   ctx.checkpoint();
-  const left = Math.round(body.centreX - fit.anchorX * fit.scaleX);
-  const top = Math.round(fit.top);
+  const left = round(body.centreX - fit.anchorX * fit.scaleX) - cut.left;
+  const top = round(fit.top) - cut.top;
 
   // Subtle shadow cast by the garment onto the body, slightly down and to the right.
-  const sigma = Math.max(1.5, body.height * 0.007);
-  const pad = Math.ceil(sigma * 3);
-  const shadow = await softShadow(alphaOf(fitted), sigma, pad);
+  const sigma = max(1.5, body.height * 0.007);
+  const pad = ceil(sigma * 3);
+  const shadow = softShadow(alphaOf(cut.image), sigma, pad);
   ctx.checkpoint();
   const output: RawImage = { ...person, data: Buffer.from(person.data) };
-  applyShade(output, shadow, left - pad + Math.round(body.height * 0.002), top - pad + Math.round(body.height * 0.006), 0.35);
-  compositeOver(output, fitted, left, top);
+  applyShade(output, shadow, left - pad + round(body.height * 0.002), top - pad + round(body.height * 0.006), 0.35);
+  compositeOver(output, cut.image, left, top);
   return output;
 }
 
@@ -70,22 +76,37 @@ interface Fit {
   top: number;
 }
 
+interface RegionSpec {
+  /** Garment rows (fractions of its height) whose central width is matched to `target`; null: full width. */
+  rows: [number, number] | null;
+  /** Body width the measured garment width is scaled to. */
+  target: number;
+  /** Output rows the garment's top edge goes to, and its bottom edge should reach (null: no stretch). */
+  top: number;
+  bottom: number | null;
+  /** Allowed vertical stretch relative to the horizontal scale. */
+  stretch: [number, number];
+}
+
 /** Where and how large the garment goes on the body. */
 export function fitGarment(alpha: Plane, region: GarmentRegion, body: BodyLandmarks): Fit {
   const h = body.height;
-  const spec = {
-    upper: { rows: [0.55, 0.85], target: body.torsoWidth * 1.12, top: body.shoulderY - 0.01 * h, bottom: body.hipY + 0.03 * h, stretch: [0.85, 1.2] },
-    lower: { rows: [0.02, 0.1], target: body.hipWidth * 1.06, top: body.waistY, bottom: body.ankleY, stretch: [0.8, 1.3] },
-    dress: { rows: [0.22, 0.35], target: body.torsoWidth * 1.1, top: body.shoulderY - 0.01 * h, bottom: body.kneeY + 0.05 * h, stretch: [0.8, 1.3] },
-    lingerie: { rows: [0.3, 1], target: body.torsoWidth * 1.12, top: body.shoulderY + 0.005 * h, bottom: Number.NaN, stretch: [1, 1] },
-  }[region];
-  const measured = region === 'lingerie' ? fullWidth(alpha) : bandWidth(alpha, spec.rows[0], spec.rows[1]);
-  const scaleX = spec.target / Math.max(1, measured.width);
-  let scaleY = scaleX;
-  if (!Number.isNaN(spec.bottom)) {
-    const wanted = (spec.bottom - spec.top) / alpha.height;
-    scaleY = clamp(wanted, scaleX * spec.stretch[0], scaleX * spec.stretch[1]);
-  }
+  const specs: Record<GarmentRegion, RegionSpec> = {
+    // Body width below the sleeves matched to the torso (a little loose); collar at the shoulders; hem at the hips.
+    upper: { rows: [0.55, 0.85], target: body.torsoWidth * 1.12, top: body.shoulderY - 0.01 * h, bottom: body.hipY + 0.03 * h, stretch: [0.9, 1.15] },
+    // Waistband matched to the hips; waist to ankles.
+    lower: { rows: [0.02, 0.1], target: body.hipWidth * 1.06, top: body.waistY, bottom: body.ankleY, stretch: [0.85, 1.2] },
+    // Bodice matched to the torso; shoulders to below the knees.
+    dress: { rows: [0.22, 0.35], target: body.torsoWidth * 1.1, top: body.shoulderY - 0.01 * h, bottom: body.kneeY + 0.05 * h, stretch: [0.9, 1.15] },
+    // Whole width matched to the torso, straps at the shoulders, never stretched.
+    lingerie: { rows: null, target: body.torsoWidth * 1.12, top: body.shoulderY + 0.005 * h, bottom: null, stretch: [1, 1] },
+  };
+  const spec = specs[region];
+  const measured = spec.rows ? bandWidth(alpha, spec.rows[0], spec.rows[1]) : fullWidth(alpha);
+  // Never wider than 65% of the figure height (a mis-measured band must not blow the garment up).
+  const scaleX = min(spec.target / max(1, measured.width), (0.65 * h) / alpha.width);
+  const scaleY =
+    spec.bottom === null ? scaleX : clamp((spec.bottom - spec.top) / alpha.height, scaleX * spec.stretch[0], scaleX * spec.stretch[1]);
   return { scaleX, scaleY, anchorX: measured.centre, top: spec.top };
 }
 
@@ -94,7 +115,7 @@ export function classifyGarment(alpha: Plane): GarmentRegion {
   const { width, height } = alpha;
   let legRows = 0;
   let rows = 0;
-  for (let y = Math.round(height * 0.8); y < Math.round(height * 0.96); y++) {
+  for (let y = round(height * 0.8); y < round(height * 0.96); y++) {
     rows++;
     const runs = runsOf(alpha, y).filter((r) => r.right - r.left >= width * 0.1);
     if (runs.length >= 2) {
@@ -129,10 +150,10 @@ function runsOf(alpha: Plane, y: number): { left: number; right: number }[] {
 function bandWidth(alpha: Plane, from: number, to: number): { width: number; centre: number } {
   const widths: number[] = [];
   let centreSum = 0;
-  const y0 = Math.round(alpha.height * from);
-  const y1 = Math.max(y0 + 1, Math.round(alpha.height * to));
-  for (let y = y0; y < Math.min(y1, alpha.height); y++) {
-    const run = runAt(alpha, y, Math.round(alpha.width / 2));
+  const y0 = round(alpha.height * from);
+  const y1 = max(y0 + 1, round(alpha.height * to));
+  for (let y = y0; y < min(y1, alpha.height); y++) {
+    const run = runAt(alpha, y, round(alpha.width / 2));
     if (run) {
       widths.push(run.right - run.left);
       centreSum += (run.left + run.right) / 2;
@@ -142,7 +163,7 @@ function bandWidth(alpha: Plane, from: number, to: number): { width: number; cen
     return fullWidth(alpha);
   }
   widths.sort((a, b) => a - b);
-  return { width: widths[Math.floor(widths.length / 2)], centre: centreSum / widths.length };
+  return { width: widths[floor(widths.length / 2)], centre: centreSum / widths.length };
 }
 
 function fullWidth(alpha: Plane): { width: number; centre: number } {

@@ -2,65 +2,73 @@
  * Furniture placement: the piece is keyed out of its (plain) background and stood on the room's floor.
  *
  * The floor line (where the back wall meets the floor) is found as the strongest horizontal colour change in
- * the middle columns between 30% and 85% of the height (fallback: 58%). The piece is scaled to 40% of the room
- * width (smaller if it would not fit under the top of the frame), centred horizontally, its feet 60% of the way
- * from the floor line down to the bottom edge, grounded with a soft elliptical ambient shadow and darker contact
- * shadows under its feet. Output size = the room image.
+ * the middle columns between 30% and 85% of the height (fallback: 58%). The piece's feet go 60% of the way
+ * from the floor line down to the bottom edge; it is scaled to 40% of the room width (smaller if it would then
+ * be taller than 55% of the height above its feet: a chair does not reach the ceiling), centred horizontally,
+ * and grounded with a soft elliptical ambient shadow plus darker contact shadows under its feet (the bottom of
+ * its silhouette, blurred). A piece photographed on a busy background is placed whole with a feathered edge.
+ * Output size = the room image.
  */
-import { alphaOf, applyShade, compositeOver, ellipseShade, featherEllipse, softShadow } from './compose.js';
-import { extractForeground, keyBackground } from './keying.js';
+import { alphaOf, applyShade, compositeOver, ellipseShade, softShadow } from './compose.js';
+import { analyseObject, cutoutAt } from './cutout.js';
 import type { Pipeline } from './pipeline.js';
-import { type RawImage, resizeRgba } from './raw-image.js';
+import { type RawImage, clamp } from './raw-image.js';
+
+// Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
+const { ceil, floor, max, min, round, sqrt } = Math;
 
 export const FURNITURE_WIDTH_RATIO = 0.4;
 
 export const furniturePlacementPipeline: Pipeline = async (ctx) => {
-  const [room, piece] = await Promise.all([ctx.image('room'), ctx.image('furniture', { alpha: true })]);
+  const [room, furniture] = await Promise.all([ctx.image('room'), ctx.image('furniture', { alpha: true })]);
   ctx.checkpoint();
-  const key = keyBackground(piece);
-  let cutout = extractForeground(piece, key);
-  if (!key.reliable) {
-    cutout = featherEllipse(cutout);
-  }
+  const piece = await analyseObject(furniture);
+  const boxW = piece.box.right - piece.box.left;
+  const boxH = piece.box.bottom - piece.box.top;
   const floorY = findFloorLine(room);
-  const footY = Math.round(floorY + (room.height - floorY) * 0.6);
+  const footY = round(floorY + (room.height - floorY) * 0.6);
 
   let width = room.width * FURNITURE_WIDTH_RATIO;
-  let height = (width * cutout.height) / cutout.width;
-  const maxHeight = footY - room.height * 0.05;
+  let height = (width * boxH) / boxW;
+  // Not taller than 55% of the height above its feet (a chair does not reach the ceiling).
+  const maxHeight = footY * 0.55;
   if (height > maxHeight) {
     width *= maxHeight / height;
     height = maxHeight;
   }
-  const w = Math.max(1, Math.round(width));
-  const h = Math.max(1, Math.round(height));
-  const fitted = await resizeRgba(cutout, w, h);
+  const w = max(1, round(width));
+  const h = max(1, round(height));
+  const cut = await cutoutAt(furniture, piece, w, h);
   ctx.checkpoint();
-  const left = Math.round((room.width - w) / 2);
-  const top = footY - h;
+  const boxLeft = round((room.width - w) / 2);
+  const boxTop = footY - h;
 
   const output: RawImage = { ...room, data: Buffer.from(room.data) };
   // Ambient occlusion: a wide soft ellipse on the floor under the piece.
-  const ambient = ellipseShade(w * 0.3, Math.max(2, w * 0.035));
-  applyShade(output, ambient, Math.round(room.width / 2 - ambient.width / 2), Math.round(footY - h * 0.01 - ambient.height / 2), 0.5);
+  const ambient = ellipseShade(w * 0.3, max(2, w * 0.035));
+  applyShade(output, ambient, round(room.width / 2 - ambient.width / 2), round(footY - h * 0.01 - ambient.height / 2), 0.5);
   // Contact shadows: the bottom of the silhouette (legs, base) blurred, right where it touches the floor.
-  const alpha = alphaOf(fitted);
-  const bandRows = Math.max(2, Math.round(h * 0.06));
-  const band = { data: alpha.data.subarray((h - bandRows) * w), width: w, height: bandRows };
-  const sigma = Math.max(1, w * 0.01);
-  const pad = Math.ceil(sigma * 3);
-  const contact = await softShadow(band, sigma, pad);
+  const alpha = alphaOf(cut.image);
+  const bandRows = max(2, round(h * 0.06));
+  const bandTop = clamp(cut.top + h - bandRows, 0, alpha.height - 1);
+  const bandBottom = clamp(cut.top + h, bandTop + 1, alpha.height);
+  const band = { data: alpha.data.subarray(bandTop * alpha.width, bandBottom * alpha.width), width: alpha.width, height: bandBottom - bandTop };
+  const sigma = max(1, w * 0.01);
+  const pad = ceil(sigma * 3);
+  const contact = softShadow(band, sigma, pad);
   ctx.checkpoint();
-  applyShade(output, contact, left - pad, footY - bandRows - pad + Math.round(sigma), 0.55);
-  compositeOver(output, fitted, left, top);
+  const imageLeft = boxLeft - cut.left;
+  const imageTop = boxTop - cut.top;
+  applyShade(output, contact, imageLeft - pad, imageTop + bandTop - pad + round(sigma), 0.55);
+  compositeOver(output, cut.image, imageLeft, imageTop);
   return output;
 };
 
 /** Row of the strongest horizontal colour edge in the middle half of the columns (the wall/floor line). */
 export function findFloorLine(room: RawImage): number {
   const { data, width, height, channels: c } = room;
-  const x0 = Math.floor(width * 0.25);
-  const x1 = Math.ceil(width * 0.75);
+  const x0 = floor(width * 0.25);
+  const x1 = ceil(width * 0.75);
   // Prefix sums of per-row mean colour.
   const prefix = new Float64Array((height + 1) * 3);
   for (let y = 0; y < height; y++) {
@@ -78,10 +86,10 @@ export function findFloorLine(room: RawImage): number {
     prefix[(y + 1) * 3 + 1] = prefix[y * 3 + 1] + g / n;
     prefix[(y + 1) * 3 + 2] = prefix[y * 3 + 2] + b / n;
   }
-  const k = Math.max(2, Math.round(height * 0.03));
+  const k = max(2, round(height * 0.03));
   let best = -1;
-  let bestY = Math.round(height * 0.58);
-  for (let y = Math.max(k, Math.round(height * 0.3)); y <= Math.min(height - k, Math.round(height * 0.85)); y++) {
+  let bestY = round(height * 0.58);
+  for (let y = max(k, round(height * 0.3)); y <= min(height - k, round(height * 0.85)); y++) {
     let diff = 0;
     for (let ch = 0; ch < 3; ch++) {
       const above = (prefix[y * 3 + ch] - prefix[(y - k) * 3 + ch]) / k;
@@ -93,5 +101,5 @@ export function findFloorLine(room: RawImage): number {
       bestY = y;
     }
   }
-  return Math.sqrt(best) >= 10 ? bestY : Math.round(height * 0.58);
+  return sqrt(best) >= 10 ? bestY : round(height * 0.58);
 }

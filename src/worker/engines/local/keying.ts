@@ -1,17 +1,28 @@
 /**
  * Background keying shared by every local pipeline: the background colour is estimated from the image
- * border, the background is the border-connected region close to that colour, and alpha gets a soft edge
- * from the colour distance. The largest connected foreground (optionally: every part at least a fraction
- * of it) is kept, so specks, dust and a separate price tag drop out while enclosed areas that happen to be
- * background-coloured (a white print on a white shirt) stay opaque.
+ * border (per-channel median of a 1% band), the background is the border-connected region close to that
+ * colour (a darker shade of it, a soft cast shadow, counts as close), and alpha gets a soft edge from the
+ * colour distance. The largest connected foreground (optionally: every part at least a fraction of it) is
+ * kept, so specks, dust and a separate price tag drop out, while enclosed areas that happen to be
+ * background-coloured (a white print on a white shirt) stay opaque and small bites out of the outline are
+ * closed. An input with its own transparency is keyed by its alpha instead. A busy border (no plain
+ * background) gives an opaque, `reliable: false` result and the callers fall back.
  */
 import { type Box, type Plane, type RawImage, type Rgb, clamp, clampByte } from './raw-image.js';
+
+// Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
+const { max, min, round, sqrt } = Math;
 
 export interface KeyOptions {
   /** Keep every connected foreground part of at least this fraction of the largest one (1 = the largest only). */
   keepRatio?: number;
   /** Border colour spread (90th percentile distance) above which the background is not "plain". Default 48. */
   maxBorderNoise?: number;
+  /**
+   * Closing radius as a fraction of the long side (default 0.01): fills bites out of the outline where a
+   * background-coloured print touches the edge. 0 keeps the raw silhouette (body measurements).
+   */
+  closing?: number;
 }
 
 export interface KeyResult {
@@ -45,7 +56,7 @@ const MAX_DIST = 512; // histogram bound for distance() values
 /** Background colour (per-channel median) and spread of the pixels in a thin band along the image border. */
 export function estimateBorder(image: RawImage): BorderStats {
   const { data, width, height, channels: c } = image;
-  const band = Math.max(1, Math.round(Math.min(width, height) * 0.01));
+  const band = max(1, round(min(width, height) * 0.01));
   const hist = [new Uint32Array(256), new Uint32Array(256), new Uint32Array(256), new Uint32Array(256)];
   const indices: number[] = [];
   const visit = (x: number, y: number): void => {
@@ -76,7 +87,7 @@ export function estimateBorder(image: RawImage): BorderStats {
   const colour = { r: median(hist[0]), g: median(hist[1]), b: median(hist[2]) };
   const distHist = new Uint32Array(MAX_DIST + 1);
   for (const p of indices) {
-    distHist[Math.min(MAX_DIST, Math.round(distance(data[p], data[p + 1], data[p + 2], colour)))]++;
+    distHist[min(MAX_DIST, round(distance(data[p], data[p + 1], data[p + 2], colour)))]++;
   }
   let acc = 0;
   let noise = MAX_DIST;
@@ -104,7 +115,7 @@ function distance(r: number, g: number, b: number, bg: Rgb): number {
   const cg = dg - dl;
   const cb = db - dl;
   const l = dl < 0 ? dl * 0.7 : dl;
-  return Math.sqrt(cr * cr + cg * cg + cb * cb + 3 * l * l);
+  return sqrt(cr * cr + cg * cg + cb * cb + 3 * l * l);
 }
 
 /** Key the background out of `image` (RGB or RGBA). Pure and deterministic. */
@@ -132,42 +143,34 @@ export function keyBackground(image: RawImage, options: KeyOptions = {}): KeyRes
   const t0 = clamp(border.noise * 1.25 + 8, 14, 70);
   const t1 = t0 + 30;
   const tFill = (t0 + t1) / 2;
+  // distance() inlined: this loop runs once per pixel.
   const dist = new Float32Array(n);
+  const candidate = new Uint8Array(n);
+  const { r: bgR, g: bgG, b: bgB } = border.colour;
   for (let i = 0, p = 0; i < n; i++, p += c) {
-    dist[i] = distance(data[p], data[p + 1], data[p + 2], border.colour);
+    const dr = data[p] - bgR;
+    const dg = data[p + 1] - bgG;
+    const db = data[p + 2] - bgB;
+    const dl = 0.299 * dr + 0.587 * dg + 0.114 * db;
+    const cr = dr - dl;
+    const cg = dg - dl;
+    const cb = db - dl;
+    const l = dl < 0 ? dl * 0.7 : dl;
+    const d = sqrt(cr * cr + cg * cg + cb * cb + 3 * l * l);
+    dist[i] = d;
+    candidate[i] = d < tFill ? 1 : 0;
   }
 
-  // Background = border-connected pixels close to the border colour (4-connected flood fill).
-  const bg = new Uint8Array(n);
-  const queue = new Int32Array(n);
-  let head = 0;
-  let tail = 0;
-  const seed = (i: number): void => {
-    if (!bg[i] && dist[i] < tFill) {
-      bg[i] = 1;
-      queue[tail++] = i;
-    }
-  };
-  for (let x = 0; x < width; x++) {
-    seed(x);
-    seed((height - 1) * width + x);
-  }
-  for (let y = 0; y < height; y++) {
-    seed(y * width);
-    seed(y * width + width - 1);
-  }
-  while (head < tail) {
-    const i = queue[head++];
-    const x = i % width;
-    if (x > 0) seed(i - 1);
-    if (x < width - 1) seed(i + 1);
-    if (i >= width) seed(i - width);
-    if (i < n - width) seed(i + width);
-  }
-
-  const hard = new Uint8Array(n);
-  for (let i = 0; i < n; i++) hard[i] = bg[i] ? 0 : 1;
-  const kept = keepComponents(hard, width, height, keepRatio);
+  // Background = border-connected pixels close to the border colour (4-connected).
+  const bg = paintRuns(labelRuns(candidate, width, height), width, height, (runs, root) => runs.touchesBorder[root] === 1);
+  const hard = candidate; // reused: no longer needed
+  for (let i = 0; i < n; i++) hard[i] = 1 - bg[i];
+  // Closing (dilate, then erode) by 1% of the size (by default): small bites out of the outline, where a
+  // background-coloured print or pattern touches the edge, are filled back in and stop being background.
+  const closing = round(max(width, height) * (options.closing ?? 0.01));
+  const largest = keepComponents(hard, width, height, keepRatio);
+  const kept = closing > 0 ? close(largest, width, height, closing) : largest;
+  for (let i = 0; i < n; i++) if (kept[i]) bg[i] = 0;
   // Soft edge: within 2 px of the boundary between the kept foreground and the background, a pixel is taken as
   // a linear mix of the background colour and the nearby solid foreground colour, so its alpha is its colour
   // distance relative to the largest distance among the kept pixels around it (anti-aliased edges, no light
@@ -176,24 +179,26 @@ export function keyBackground(image: RawImage, options: KeyOptions = {}): KeyRes
   const edge = dilate(bg, width, height, 2);
   const alpha = new Uint8Array(n);
   const radius = 3;
-  for (let i = 0; i < n; i++) {
-    const isKept = kept[i] === 1;
-    if (isKept && (!edge[i] || dist[i] < tFill)) {
-      alpha[i] = 255;
-      continue;
-    }
-    if (!isKept && !near[i]) continue;
-    const x = i % width;
-    const y = (i - x) / width;
-    let solid = 0;
-    for (let yy = Math.max(0, y - radius); yy <= Math.min(height - 1, y + radius); yy++) {
-      for (let xx = Math.max(0, x - radius); xx <= Math.min(width - 1, x + radius); xx++) {
-        const j = yy * width + xx;
-        if (kept[j] && dist[j] > solid) solid = dist[j];
+  for (let y = 0, i = 0; y < height; y++) {
+    for (let x = 0; x < width; x++, i++) {
+      const isKept = kept[i] === 1;
+      if (isKept && (!edge[i] || dist[i] < tFill)) {
+        alpha[i] = 255;
+        continue;
       }
+      if (!isKept && !near[i]) continue;
+      let solid = 0;
+      const y1 = min(height - 1, y + radius);
+      const x0 = max(0, x - radius);
+      const x1 = min(width - 1, x + radius);
+      for (let yy = max(0, y - radius); yy <= y1; yy++) {
+        for (let j = yy * width + x0, end = yy * width + x1; j <= end; j++) {
+          if (kept[j] && dist[j] > solid) solid = dist[j];
+        }
+      }
+      const full = max(solid, t1);
+      alpha[i] = clampByte(clamp((dist[i] - t0) / (full - t0), 0, 1) * 255);
     }
-    const full = Math.max(solid, t1);
-    alpha[i] = clampByte(clamp((dist[i] - t0) / (full - t0), 0, 1) * 255);
   }
   return finish(alpha, kept, width, height, border.colour, false);
 }
@@ -220,73 +225,161 @@ function opaque(width: number, height: number, background: Rgb): KeyResult {
   };
 }
 
-/** Keep the largest 4-connected component of a 0/1 mask, plus any at least `ratio` of its size. */
-export function keepComponents(mask: Uint8Array, width: number, height: number, ratio = 1): Uint8Array {
-  const n = width * height;
-  const labels = new Int32Array(n);
-  const queue = new Int32Array(n);
-  const sizes: number[] = [0];
-  for (let start = 0; start < n; start++) {
-    if (!mask[start] || labels[start]) continue;
-    const label = sizes.length;
-    let head = 0;
-    let tail = 0;
-    labels[start] = label;
-    queue[tail++] = start;
-    while (head < tail) {
-      const i = queue[head++];
-      const x = i % width;
-      if (x > 0 && mask[i - 1] && !labels[i - 1]) {
-        labels[i - 1] = label;
-        queue[tail++] = i - 1;
+/**
+ * 4-connected components of a 0/1 mask, labelled on horizontal runs (a union-find over runs that overlap in
+ * adjacent rows): far cheaper in JS than a per-pixel flood fill.
+ */
+interface Runs {
+  /** Runs of row y are indices rowStart[y] .. rowStart[y + 1] - 1. */
+  rowStart: Int32Array;
+  left: Int32Array;
+  /** Exclusive. */
+  right: Int32Array;
+  /** Component id (the union-find root) of every run. */
+  root: Int32Array;
+  /** Pixels per component, indexed by root. */
+  size: Int32Array;
+  /** 1 when the component touches the image border, indexed by root. */
+  touchesBorder: Uint8Array;
+}
+
+function labelRuns(mask: Uint8Array, width: number, height: number): Runs {
+  const rowStart = new Int32Array(height + 1);
+  const lefts: number[] = [];
+  const rights: number[] = [];
+  for (let y = 0; y < height; y++) {
+    rowStart[y] = lefts.length;
+    const row = y * width;
+    let x = 0;
+    while (x < width) {
+      if (!mask[row + x]) {
+        x++;
+        continue;
       }
-      if (x < width - 1 && mask[i + 1] && !labels[i + 1]) {
-        labels[i + 1] = label;
-        queue[tail++] = i + 1;
-      }
-      if (i >= width && mask[i - width] && !labels[i - width]) {
-        labels[i - width] = label;
-        queue[tail++] = i - width;
-      }
-      if (i < n - width && mask[i + width] && !labels[i + width]) {
-        labels[i + width] = label;
-        queue[tail++] = i + width;
+      const start = x;
+      while (x < width && mask[row + x]) x++;
+      lefts.push(start);
+      rights.push(x);
+    }
+  }
+  rowStart[height] = lefts.length;
+  const count = lefts.length;
+  const left = Int32Array.from(lefts);
+  const right = Int32Array.from(rights);
+  const parent = new Int32Array(count);
+  for (let i = 0; i < count; i++) parent[i] = i;
+  const find = (i: number): number => {
+    while (parent[i] !== i) {
+      parent[i] = parent[parent[i]];
+      i = parent[i];
+    }
+    return i;
+  };
+  for (let y = 1; y < height; y++) {
+    let j = rowStart[y - 1];
+    const prevEnd = rowStart[y];
+    for (let r = rowStart[y]; r < rowStart[y + 1]; r++) {
+      while (j < prevEnd && right[j] <= left[r]) j++;
+      for (let k = j; k < prevEnd && left[k] < right[r]; k++) {
+        const a = find(r);
+        const b = find(k);
+        if (a !== b) parent[a < b ? b : a] = a < b ? a : b;
       }
     }
-    sizes.push(tail);
   }
-  let largest = 0;
-  for (let l = 1; l < sizes.length; l++) largest = Math.max(largest, sizes[l]);
-  const keep = new Uint8Array(sizes.length);
-  for (let l = 1; l < sizes.length; l++) keep[l] = sizes[l] > 0 && sizes[l] >= largest * ratio ? 1 : 0;
-  const out = new Uint8Array(n);
-  for (let i = 0; i < n; i++) out[i] = keep[labels[i]];
+  const root = new Int32Array(count);
+  const size = new Int32Array(count);
+  const touchesBorder = new Uint8Array(count);
+  for (let y = 0; y < height; y++) {
+    for (let r = rowStart[y]; r < rowStart[y + 1]; r++) {
+      const id = find(r);
+      root[r] = id;
+      size[id] += right[r] - left[r];
+      if (y === 0 || y === height - 1 || left[r] === 0 || right[r] === width) touchesBorder[id] = 1;
+    }
+  }
+  return { rowStart, left, right, root, size, touchesBorder };
+}
+
+/** A 0/1 mask of the runs whose component passes `keep`. */
+function paintRuns(runs: Runs, width: number, height: number, keep: (runs: Runs, root: number) => boolean): Uint8Array {
+  const out = new Uint8Array(width * height);
+  const decided = new Int8Array(runs.root.length); // 0 unknown, 1 keep, -1 drop (indexed by root)
+  for (let y = 0; y < height; y++) {
+    for (let r = runs.rowStart[y]; r < runs.rowStart[y + 1]; r++) {
+      const id = runs.root[r];
+      if (decided[id] === 0) decided[id] = keep(runs, id) ? 1 : -1;
+      if (decided[id] === 1) out.fill(1, y * width + runs.left[r], y * width + runs.right[r]);
+    }
+  }
   return out;
 }
 
-/** Square dilation of a 0/1 mask by `radius` pixels (separable running max). */
+/** Keep the largest 4-connected component of a 0/1 mask, plus any at least `ratio` of its size. */
+export function keepComponents(mask: Uint8Array, width: number, height: number, ratio = 1): Uint8Array {
+  const runs = labelRuns(mask, width, height);
+  let largest = 0;
+  for (let i = 0; i < runs.size.length; i++) largest = max(largest, runs.size[i]);
+  return paintRuns(runs, width, height, (r, id) => r.size[id] >= largest * ratio);
+}
+
+/**
+ * Square dilation of a 0/1 mask by `radius` pixels. Horizontally every run is widened (native fills). Vertically,
+ * on a copy whose rows are padded to a multiple of 4 bytes (so 4 pixels are OR-ed at a time) and which starts
+ * with `radius` empty rows, output row y is the OR of copy rows y .. y + 2 * radius, built with doubling window
+ * lengths (1, 2, 4, ...): about log2(2 * radius + 1) passes over the mask whatever the radius.
+ */
 export function dilate(mask: Uint8Array, width: number, height: number, radius: number): Uint8Array {
-  const tmp = new Uint8Array(mask.length);
+  const stride = (width + 3) & ~3;
+  const words = stride / 4;
+  const padded = new Uint8Array(stride * (height + radius));
   for (let y = 0; y < height; y++) {
     const row = y * width;
-    for (let x = 0; x < width; x++) {
-      if (!mask[row + x]) continue;
-      const x0 = Math.max(0, x - radius);
-      const x1 = Math.min(width - 1, x + radius);
-      for (let k = x0; k <= x1; k++) tmp[row + k] = 1;
+    const dst = (y + radius) * stride;
+    let x = 0;
+    while (x < width) {
+      if (!mask[row + x]) {
+        x++;
+        continue;
+      }
+      const start = x;
+      while (x < width && mask[row + x]) x++;
+      padded.fill(1, dst + max(0, start - radius), dst + min(width, x + radius));
     }
   }
+  const length = radius * 2 + 1;
+  let window = new Uint32Array(padded.buffer);
+  let span = 1;
+  while (span * 2 <= length) {
+    const doubled = window.slice();
+    orRowsBelow(doubled, window, span * words);
+    window = doubled;
+    span *= 2;
+  }
+  if (span < length) {
+    const exact = window.slice();
+    orRowsBelow(exact, window, (length - span) * words);
+    window = exact;
+  }
+  const bytes = new Uint8Array(window.buffer);
   const out = new Uint8Array(mask.length);
-  for (let y = 0; y < height; y++) {
-    const row = y * width;
-    for (let x = 0; x < width; x++) {
-      if (!tmp[row + x]) continue;
-      const y0 = Math.max(0, y - radius);
-      const y1 = Math.min(height - 1, y + radius);
-      for (let k = y0; k <= y1; k++) out[k * width + x] = 1;
-    }
-  }
+  for (let y = 0; y < height; y++) out.set(bytes.subarray(y * stride, y * stride + width), y * width);
   return out;
+}
+
+/** dst[i] |= src[i + offset]; words past the end count as empty. */
+function orRowsBelow(dst: Uint32Array, src: Uint32Array, offset: number): void {
+  const end = src.length - offset;
+  for (let i = 0; i < end; i++) dst[i] |= src[i + offset];
+}
+
+/** Morphological closing: the mask plus the concavities narrower than about 2 * radius. */
+export function close(mask: Uint8Array, width: number, height: number, radius: number): Uint8Array {
+  const grown = dilate(mask, width, height, radius);
+  for (let i = 0; i < grown.length; i++) grown[i] ^= 1; // complement
+  const shrunk = dilate(grown, width, height, radius);
+  for (let i = 0; i < shrunk.length; i++) shrunk[i] = (shrunk[i] ^ 1) | mask[i];
+  return shrunk;
 }
 
 /** Bounding box of the pixels >= threshold, or null when there are none. */
@@ -307,9 +400,9 @@ export function boundingBox(plane: Plane, threshold: number): Box | null {
       }
     }
     if (rowLeft >= 0) {
-      left = Math.min(left, rowLeft);
-      right = Math.max(right, rowRight);
-      top = Math.min(top, y);
+      left = min(left, rowLeft);
+      right = max(right, rowRight);
+      top = min(top, y);
       bottom = y;
     }
   }
@@ -317,11 +410,11 @@ export function boundingBox(plane: Plane, threshold: number): Box | null {
 }
 
 /**
- * The keyed foreground as an RGBA image cropped to its bounding box. Semi-transparent edge pixels are
+ * The keyed foreground as an RGBA image cropped to `box` (default: its bounding box). Semi-transparent edge pixels are
  * "un-mixed" from the background colour so no light (or dark) fringe of the old background is carried over.
  */
-export function extractForeground(image: RawImage, key: KeyResult): RawImage {
-  const { left, top, right, bottom } = key.box;
+export function extractForeground(image: RawImage, key: KeyResult, box: Box = key.box): RawImage {
+  const { left, top, right, bottom } = box;
   const w = right - left;
   const h = bottom - top;
   const c = image.channels;

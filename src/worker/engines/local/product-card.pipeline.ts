@@ -5,9 +5,12 @@
  * When the garment photo has a busy background the whole photo is placed on the card instead.
  */
 import { alphaOf, applyShade, compositeOver, softShadow } from './compose.js';
-import { extractForeground, keyBackground } from './keying.js';
+import { analyseObject, cutoutAt } from './cutout.js';
 import type { Pipeline } from './pipeline.js';
-import { type RawImage, resizeRgba } from './raw-image.js';
+import type { RawImage } from './raw-image.js';
+
+// Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
+const { ceil, max, min, round } = Math;
 
 export const CARD_WIDTH = 1024;
 export const CARD_HEIGHT = 1280;
@@ -18,29 +21,26 @@ export const CARD_BOTTOM = { r: 234, g: 232, b: 228 };
 export const productCardPipeline: Pipeline = async (ctx) => {
   const clothes = await ctx.image('clothes', { alpha: true });
   ctx.checkpoint();
-  const key = keyBackground(clothes);
-  const garment = extractForeground(clothes, key);
-
-  const scale = Math.min((CARD_WIDTH * 0.74) / garment.width, (CARD_HEIGHT * 0.7) / garment.height);
-  const width = Math.max(1, Math.round(garment.width * scale));
-  const height = Math.max(1, Math.round(garment.height * scale));
-  const fitted = await resizeRgba(garment, width, height);
+  const garment = await analyseObject(clothes);
+  const boxW = garment.box.right - garment.box.left;
+  const boxH = garment.box.bottom - garment.box.top;
+  const scale = min((CARD_WIDTH * 0.74) / boxW, (CARD_HEIGHT * 0.7) / boxH);
+  const width = max(1, round(boxW * scale));
+  const height = max(1, round(boxH * scale));
+  const cut = await cutoutAt(clothes, garment, width, height);
   ctx.checkpoint();
-  const left = Math.round((CARD_WIDTH - width) / 2);
-  const top = Math.round(CARD_HEIGHT * 0.47 - height / 2);
+  const left = round((CARD_WIDTH - width) / 2) - cut.left;
+  const top = round(CARD_HEIGHT * 0.47 - height / 2) - cut.top;
 
   const card = gradientCard();
-  const alpha = alphaOf(fitted);
-  // A wide soft shadow falling down, plus a tighter one that grounds the garment's outline.
-  const wideSigma = CARD_WIDTH * 0.018;
-  const widePad = Math.ceil(wideSigma * 3);
-  const tightSigma = CARD_WIDTH * 0.005;
-  const tightPad = Math.ceil(tightSigma * 3);
-  const [wide, tight] = await Promise.all([softShadow(alpha, wideSigma, widePad), softShadow(alpha, tightSigma, tightPad)]);
+  const alpha = alphaOf(cut.image);
+  // A soft drop shadow falling down-light from above.
+  const sigma = CARD_WIDTH * 0.012;
+  const pad = ceil(sigma * 3);
+  const shadow = softShadow(alpha, sigma, pad);
   ctx.checkpoint();
-  applyShade(card, wide, left - widePad, top - widePad + Math.round(CARD_HEIGHT * 0.02), 0.2);
-  applyShade(card, tight, left - tightPad, top - tightPad + Math.round(CARD_HEIGHT * 0.004), 0.12);
-  compositeOver(card, fitted, left, top);
+  applyShade(card, shadow, left - pad, top - pad + round(CARD_HEIGHT * 0.014), 0.24);
+  compositeOver(card, cut.image, left, top);
   return card;
 };
 
@@ -49,9 +49,9 @@ function gradientCard(): RawImage {
   const row = Buffer.alloc(CARD_WIDTH * 3);
   for (let y = 0; y < CARD_HEIGHT; y++) {
     const t = y / (CARD_HEIGHT - 1);
-    const r = Math.round(CARD_TOP.r + (CARD_BOTTOM.r - CARD_TOP.r) * t);
-    const g = Math.round(CARD_TOP.g + (CARD_BOTTOM.g - CARD_TOP.g) * t);
-    const b = Math.round(CARD_TOP.b + (CARD_BOTTOM.b - CARD_TOP.b) * t);
+    const r = round(CARD_TOP.r + (CARD_BOTTOM.r - CARD_TOP.r) * t);
+    const g = round(CARD_TOP.g + (CARD_BOTTOM.g - CARD_TOP.g) * t);
+    const b = round(CARD_TOP.b + (CARD_BOTTOM.b - CARD_TOP.b) * t);
     for (let x = 0; x < CARD_WIDTH; x++) {
       row[x * 3] = r;
       row[x * 3 + 1] = g;

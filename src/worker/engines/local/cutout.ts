@@ -1,0 +1,132 @@
+/**
+ * Cutting an object out of its plain background at the size it will be drawn.
+ *
+ * The object is first found on a copy at most 512 px long (cheap: its box and silhouette, enough to decide how
+ * large it is drawn). Then only the box (plus a margin of background) is resampled from the full-resolution
+ * input straight to the drawing size and keyed again there, so edges are keyed at the output resolution
+ * and no RGBA resample is needed after keying.
+ */
+import { featherEllipse } from './compose.js';
+import { type KeyOptions, type KeyResult, extractForeground, keyBackground } from './keying.js';
+import { type Box, type Plane, type RawImage, fromRaw, toPlane, toRawImage } from './raw-image.js';
+
+// Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
+const { ceil, floor, max, min, round } = Math;
+
+const ANALYSIS_SIZE = 512;
+
+export interface ObjectAnalysis {
+  /** The object's bounding box in the input image's pixels (the whole image when not reliable). */
+  box: Box;
+  /** The object's alpha on the analysis copy, cropped to the object's box there. */
+  silhouette: Plane;
+  /** False when the background was not plain: the object is then the whole image. */
+  reliable: boolean;
+}
+
+export interface Cutout {
+  /** RGBA: the object keyed out, on a transparent margin. */
+  image: RawImage;
+  /** Where the object's box (as drawn, width x height) starts inside `image`. */
+  left: number;
+  top: number;
+}
+
+/** Find the object on a small copy of `image`. */
+export async function analyseObject(image: RawImage, options: KeyOptions = {}): Promise<ObjectAnalysis> {
+  const scale = min(1, ANALYSIS_SIZE / max(image.width, image.height));
+  const small =
+    scale < 1
+      ? await toRawImage(
+          fromRaw(image).resize(max(1, round(image.width * scale)), max(1, round(image.height * scale)), { fit: 'fill' }),
+        )
+      : image;
+  const key = keyBackground(small, options);
+  const sx = image.width / small.width;
+  const sy = image.height / small.height;
+  const box = key.reliable
+    ? {
+        left: max(0, floor(key.box.left * sx)),
+        top: max(0, floor(key.box.top * sy)),
+        right: min(image.width, ceil(key.box.right * sx)),
+        bottom: min(image.height, ceil(key.box.bottom * sy)),
+      }
+    : { left: 0, top: 0, right: image.width, bottom: image.height };
+  return { box, silhouette: cropPlane(key.alpha, key.box), reliable: key.reliable };
+}
+
+/** The analysed object cut out with its box drawn at exactly width x height. */
+export async function cutoutAt(image: RawImage, analysis: ObjectAnalysis, width: number, height: number, options: KeyOptions = {}): Promise<Cutout> {
+  const { box } = analysis;
+  const boxW = box.right - box.left;
+  const boxH = box.bottom - box.top;
+  const sx = width / boxW;
+  const sy = height / boxH;
+  if (!analysis.reliable) {
+    const whole = await toRawImage(fromRaw(image).ensureAlpha().resize(width, height, { fit: 'fill' }));
+    return { image: featherEllipse(whole), left: 0, top: 0 };
+  }
+  // A margin of background around the box, so the border colour can be estimated again.
+  const margin = max(4, round(max(boxW, boxH) * 0.03));
+  const region = {
+    left: max(0, box.left - margin),
+    top: max(0, box.top - margin),
+    right: min(image.width, box.right + margin),
+    bottom: min(image.height, box.bottom + margin),
+  };
+  const regionW = region.right - region.left;
+  const regionH = region.bottom - region.top;
+  const outW = max(1, round(regionW * sx));
+  const outH = max(1, round(regionH * sy));
+  const resampled = await toRawImage(
+    fromRaw(image)
+      .extract({ left: region.left, top: region.top, width: regionW, height: regionH })
+      .resize(outW, outH, { fit: 'fill' }),
+  );
+  const key: KeyResult = keyBackground(resampled, options);
+  const rgba = key.reliable
+    ? extractForeground(resampled, key, { left: 0, top: 0, right: outW, bottom: outH })
+    : featherEllipse(extractForeground(resampled, key));
+  return { image: rgba, left: round((box.left - region.left) * sx), top: round((box.top - region.top) * sy) };
+}
+
+/** Longest side keyed directly by {@link objectMask}; larger images are keyed on a reduced copy. */
+export const MASK_KEY_SIZE = 2048;
+
+/**
+ * The object's alpha over the whole image (for retexturing in place). Images longer than 2048 px are keyed on a
+ * reduced copy and the alpha scaled back up (bounded memory and time for 40 MP inputs).
+ */
+export async function objectMask(image: RawImage, options: KeyOptions = {}): Promise<{ alpha: Plane; box: Box; reliable: boolean }> {
+  const scale = min(1, MASK_KEY_SIZE / max(image.width, image.height));
+  if (scale === 1) {
+    const key = keyBackground(image, options);
+    return { alpha: key.alpha, box: key.box, reliable: key.reliable };
+  }
+  const small = await toRawImage(
+    fromRaw(image).resize(max(1, round(image.width * scale)), max(1, round(image.height * scale)), { fit: 'fill' }),
+  );
+  const key = keyBackground(small, options);
+  const alpha = await toPlane(fromRaw(key.alpha).resize(image.width, image.height, { fit: 'fill', kernel: 'linear' }));
+  const sx = image.width / small.width;
+  const sy = image.height / small.height;
+  const box = {
+    left: max(0, floor(key.box.left * sx) - 1),
+    top: max(0, floor(key.box.top * sy) - 1),
+    right: min(image.width, ceil(key.box.right * sx) + 1),
+    bottom: min(image.height, ceil(key.box.bottom * sy) + 1),
+  };
+  return { alpha, box, reliable: key.reliable };
+}
+
+/** Copy of a plane's region. */
+export function cropPlane(plane: Plane, box: Box): Plane {
+  const width = max(1, box.right - box.left);
+  const height = max(1, box.bottom - box.top);
+  const out = new Uint8Array(width * height);
+  for (let y = 0; y < height; y++) {
+    const src = (box.top + y) * plane.width + box.left;
+    out.set(plane.data.subarray(src, src + width), y * width);
+  }
+  return { data: out, width, height };
+}
