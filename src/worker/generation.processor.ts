@@ -79,12 +79,15 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         .for(item.tool)
         .generate({ tool: item.tool, generationType: item.generationType, images, texts: item.texts, signal });
       const outputs = await renderOutputs(result, this.config.imageMaxPixels);
-      await Promise.all([
-        this.media.put(outputKey(id, 'stock'), outputs.stock),
-        this.media.put(outputKey(id, 'preview'), outputs.preview),
-      ]);
-      await this.outcomes.complete(id);
-      this.logger.log({ id, tool: item.tool, ms: Math.round(performance.now() - started) }, 'job complete');
+      const completed = await this.outcomes.complete(id, async () => {
+        await Promise.all([
+          this.media.put(outputKey(id, 'stock'), outputs.stock),
+          this.media.put(outputKey(id, 'preview'), outputs.preview),
+        ]);
+      });
+      const ms = Math.round(performance.now() - started);
+      if (completed) this.logger.log({ id, tool: item.tool, ms }, 'job complete');
+      else this.logger.log({ id, tool: item.tool, ms }, 'result dropped: the item was deleted or ended meanwhile');
     } catch (error) {
       await this.fail(job, error);
     }
@@ -97,10 +100,13 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     if (this.shutdown.signal.aborted) throw error;
     if (error instanceof PermanentEngineError) {
       this.logger.warn({ id, code: error.code, err: message }, 'job failed permanently');
+      // The engine's own message (its URL, its answer) stays in the log above; the client reads plain words.
       await this.outcomes.fail(
         id,
         error.code,
-        error.code === 'invalid_image' ? 'An input image could not be decoded.' : message.slice(0, 300),
+        error.code === 'invalid_image'
+          ? 'An input image could not be decoded.'
+          : 'The engine could not process the job.',
       );
       await job.discard();
       throw error;

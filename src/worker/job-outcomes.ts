@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
-import { HistoryItem, type JobErrorCode } from '../history/history-item.entity.js';
+import type { JobErrorCode } from '../history/history-item.entity.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 
@@ -17,26 +17,36 @@ export class JobOutcomes {
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
   ) {}
 
-  /** Marks the item complete once its outputs are written; throws the outputs away if it was deleted meanwhile. */
-  async complete(id: string): Promise<void> {
-    const [rows] = (await this.dataSource.query(
-      `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'pending' RETURNING id`,
-      [id],
-    )) as [unknown[], number];
-    if (rows.length > 0) {
-      // The inputs are people's photos: kept no longer than the job needs them.
-      await this.inputs.deleteFolder(id);
-      return;
-    }
-    const item = await this.dataSource.getRepository(HistoryItem).findOneBy({ id });
-    if (item?.status !== 'complete') await this.media.deleteFolder(id);
+  /**
+   * Writes the outputs and marks the item complete while holding the item's row lock. A delete, the reconciler's
+   * timeout or another delivery of the same job either waits for this to commit or finds the item gone or final
+   * first, in which case nothing is written: a deleted item never gets media files (not even for a moment), and a
+   * complete item's files are never rewritten by a late duplicate run. Resolves false when the result was dropped.
+   */
+  async complete(id: string, writeOutputs: () => Promise<void>): Promise<boolean> {
+    const completed = await this.dataSource.transaction(async (manager) => {
+      const rows = (await manager.query(
+        `SELECT id FROM history_items WHERE id = $1 AND status = 'pending' FOR UPDATE`,
+        [id],
+      )) as unknown[];
+      if (rows.length === 0) return false;
+      await writeOutputs();
+      await manager.query(
+        `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now() WHERE id = $1`,
+        [id],
+      );
+      return true;
+    });
+    // The inputs are people's photos: kept no longer than the job needs them.
+    if (completed) await this.inputs.deleteFolder(id);
+    return completed;
   }
 
   /** `message` is what the client reads in `error.message`: plain words, nothing from inside the machine. */
   async fail(id: string, code: JobErrorCode, message: string): Promise<boolean> {
     const [rows] = (await this.dataSource.query(
-      `UPDATE history_items SET status = 'error', error_code = $2, error_message = $3, updated_at = now()
+      `UPDATE history_items
+          SET status = 'error', error_code = $2, error_message = $3, completed_at = now(), updated_at = now()
         WHERE id = $1 AND status = 'pending' RETURNING id`,
       [id, code, message],
     )) as [unknown[], number];

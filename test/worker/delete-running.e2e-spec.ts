@@ -1,0 +1,121 @@
+import type Bull from 'bull';
+import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
+import type { RunningService } from '../support/service.js';
+import {
+  cogEngine,
+  createUser,
+  getItem,
+  inputFolder,
+  jobSettled,
+  mediaFolder,
+  openQueue,
+  pathExists,
+  Processes,
+  submit,
+  uniqueImage,
+} from './harness.js';
+
+/** Long enough to delete the item while the engine works on it. */
+const ENGINE_MS = 2500;
+
+describe('deleting an item while its job runs', () => {
+  let env: TestEnvironment;
+  let processes: Processes;
+  let fake: FakeCog;
+  let api: RunningService;
+  let queue: Bull.Queue;
+  let key: string;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    processes = new Processes(env);
+    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    // One job at a time, so a second job waits in the queue while the first runs.
+    [api] = await Promise.all([
+      processes.start('api', cogEngine(fake)),
+      processes.start('worker', { ...cogEngine(fake), WORKER_CONCURRENCY: '1' }),
+    ]);
+    queue = openQueue(env);
+    ({ key } = await createUser(env));
+  }, 60_000);
+
+  afterAll(async () => {
+    await queue?.close();
+    await processes?.stopAll();
+    await fake?.close();
+    await env?.dispose();
+  }, 60_000);
+
+  function remove(id: string): Promise<Response> {
+    return fetch(`${api.baseUrl}/user/generation-history/${id}`, {
+      method: 'DELETE',
+      headers: { Authorization: `Bearer ${key}` },
+    });
+  }
+
+  /** Reads the item's media paths and its media folder over and over until stopped; collects what it saw. */
+  function watchMedia(id: string): { stop(): Promise<string[]> } {
+    const seen: string[] = [];
+    let running = true;
+    const loop = (async () => {
+      while (running) {
+        for (const file of ['preview.webp', 'stock.jpg']) {
+          const response = await fetch(`${api.baseUrl}/media/${id}/${file}`);
+          await response.body?.cancel();
+          if (response.status !== 404) seen.push(`GET ${file}: ${response.status}`);
+        }
+        if (await pathExists(mediaFolder(env, id))) seen.push('media folder exists');
+      }
+    })();
+    return {
+      async stop() {
+        running = false;
+        await loop;
+        return seen;
+      },
+    };
+  }
+
+  it('throws the running job\'s result away: no media file ever appears and the item stays gone', async () => {
+    const clothes = await uniqueImage();
+    const id = await submit(api.baseUrl, key, clothes);
+    await fake.waitFor((f) => f.requestsFor(clothes).length === 1, 'the worker to call the engine');
+    const watcher = watchMedia(id);
+
+    const deleted = await remove(id);
+    expect(deleted.status).toBe(204);
+    expect((await getItem(api.baseUrl, key, id)).status).toBe(404);
+
+    await fake.waitFor((f) => f.requestsFor(clothes)[0].answered, 'the engine to answer', ENGINE_MS + 10_000);
+    await jobSettled(queue, id);
+    expect(await watcher.stop()).toEqual([]);
+
+    expect((await getItem(api.baseUrl, key, id)).status).toBe(404);
+    expect((await remove(id)).status).toBe(404);
+    expect(await pathExists(inputFolder(env, id))).toBe(false);
+    expect(await pathExists(mediaFolder(env, id))).toBe(false);
+    // The engine ran once: a dropped result is not retried.
+    expect(fake.requestsFor(clothes)).toHaveLength(1);
+  }, 60_000);
+
+  it('drops a queued job before it reaches the engine', async () => {
+    const running = await uniqueImage();
+    const queued = await uniqueImage();
+    const runningId = await submit(api.baseUrl, key, running);
+    await fake.waitFor((f) => f.requestsFor(running).length === 1, 'the worker to call the engine');
+    const queuedId = await submit(api.baseUrl, key, queued);
+
+    expect((await remove(queuedId)).status).toBe(204);
+    await fake.waitFor((f) => f.requestsFor(running)[0].answered, 'the engine to answer', ENGINE_MS + 10_000);
+    await jobSettled(queue, runningId);
+    await jobSettled(queue, queuedId);
+
+    expect(fake.requestsFor(queued)).toHaveLength(0);
+    expect((await getItem(api.baseUrl, key, queuedId)).status).toBe(404);
+    expect(await pathExists(inputFolder(env, queuedId))).toBe(false);
+    expect(await pathExists(mediaFolder(env, queuedId))).toBe(false);
+    const survivor = (await (await getItem(api.baseUrl, key, runningId)).json()) as { status: string };
+    expect(survivor.status).toBe('complete');
+  }, 60_000);
+});

@@ -1,0 +1,155 @@
+import { randomBytes } from 'node:crypto';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type Bull from 'bull';
+import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256, startFakeCog } from '../support/fake-cog.js';
+import type { HistoryItemBody } from '../support/jobs.js';
+import type { RunningService } from '../support/service.js';
+import {
+  cogEngine,
+  createUser,
+  expectCompleteWithOutputs,
+  expectFailedLeavingNothing,
+  final,
+  inputFolder,
+  jobSettled,
+  openQueue,
+  Processes,
+  submit,
+  uniqueImage,
+} from './harness.js';
+
+const ATTEMPTS = 3;
+/** Short, so a hanging engine uses up its attempts quickly. */
+const ENGINE_TIMEOUT_MS = 800;
+
+describe('engine failures', () => {
+  let env: TestEnvironment;
+  let processes: Processes;
+  let fake: FakeCog;
+  let api: RunningService;
+  let worker: RunningService | undefined;
+  let queue: Bull.Queue;
+  let key: string;
+  /** What the fake does for each job, by the sha256 of the job's `clothes` image; unlisted jobs succeed. */
+  const plans = new Map<string, (request: FakeCogRequest) => FakeCogAnswer>();
+
+  const workerEnv = (): Record<string, string> => ({
+    ...cogEngine(fake),
+    JOB_ATTEMPTS: String(ATTEMPTS),
+    ENGINE_TIMEOUT_MS: String(ENGINE_TIMEOUT_MS),
+    WORKER_CONCURRENCY: '4',
+  });
+
+  async function ensureWorker(): Promise<void> {
+    worker ??= await processes.start('worker', workerEnv());
+  }
+
+  /** Submits a job whose engine calls the fake answers as `plan` says; returns its id and image. */
+  async function submitWithPlan(
+    plan: (request: FakeCogRequest) => FakeCogAnswer,
+  ): Promise<{ id: string; clothes: Buffer }> {
+    const clothes = await uniqueImage();
+    plans.set(sha256(clothes), plan);
+    return { id: await submit(api.baseUrl, key, clothes), clothes };
+  }
+
+  /** The final item, once the workers have let go of the job (so no further attempt can come). */
+  async function settled(id: string): Promise<HistoryItemBody> {
+    const item = await final(api.baseUrl, key, id);
+    await jobSettled(queue, id);
+    return item;
+  }
+
+  /** What a client reads in `error.message` names nothing inside the machine. */
+  function expectPlainMessage(item: HistoryItemBody): void {
+    const { port, hostname } = new URL(fake.url);
+    expect(item.error!.message).not.toContain(hostname);
+    expect(item.error!.message).not.toContain(port);
+    expect(item.error!.message).not.toMatch(/https?:|predictions|Cog|HTTP \d{3}|\bat /);
+  }
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    processes = new Processes(env);
+    fake = await startFakeCog(
+      (request) => plans.get(Object.values(request.images)[0])?.(request) ?? { kind: 'succeed' },
+    );
+    api = await processes.start('api', cogEngine(fake));
+    queue = openQueue(env);
+    ({ key } = await createUser(env));
+  }, 60_000);
+
+  afterAll(async () => {
+    await queue?.close();
+    await processes?.stopAll();
+    await fake?.close();
+    await env?.dispose();
+  }, 60_000);
+
+  it('fails a job whose stored input no longer decodes at once, as invalid_image', async () => {
+    // Only the API runs: the job waits in the queue while its stored input is damaged.
+    if (worker) await processes.stop(worker);
+    worker = undefined;
+    const { id, clothes } = await submitWithPlan(() => ({ kind: 'succeed' }));
+    const stored = join(inputFolder(env, id), 'clothes');
+    expect(sha256(await readFile(stored))).toBe(sha256(clothes));
+    await writeFile(stored, randomBytes(4096));
+
+    await ensureWorker();
+    const item = await settled(id);
+
+    await expectFailedLeavingNothing(env, api.baseUrl, item, 'invalid_image');
+    expectPlainMessage(item);
+    expect(fake.requestsFor(clothes)).toHaveLength(0);
+  }, 60_000);
+
+  it('retries an engine that answers 500, and completes when it recovers', async () => {
+    await ensureWorker();
+    const { id, clothes } = await submitWithPlan((request) =>
+      request.attempt <= 2 ? { kind: 'http', status: 500 } : { kind: 'succeed' },
+    );
+
+    const item = await settled(id);
+
+    await expectCompleteWithOutputs(api.baseUrl, item);
+    expect(fake.requestsFor(clothes).map((request) => request.attempt)).toEqual([1, 2, 3]);
+  }, 60_000);
+
+  it(`fails as engine_failed after ${ATTEMPTS} attempts when the engine keeps answering 500`, async () => {
+    await ensureWorker();
+    const { id, clothes } = await submitWithPlan(() => ({ kind: 'http', status: 500 }));
+
+    const item = await settled(id);
+
+    await expectFailedLeavingNothing(env, api.baseUrl, item, 'engine_failed');
+    expectPlainMessage(item);
+    expect(fake.requestsFor(clothes)).toHaveLength(ATTEMPTS);
+  }, 60_000);
+
+  it('fails at once as engine_failed when the engine rejects the request (422)', async () => {
+    await ensureWorker();
+    const { id, clothes } = await submitWithPlan(() => ({ kind: 'http', status: 422 }));
+
+    const item = await settled(id);
+
+    await expectFailedLeavingNothing(env, api.baseUrl, item, 'engine_failed');
+    expectPlainMessage(item);
+    expect(fake.requestsFor(clothes)).toHaveLength(1);
+  }, 60_000);
+
+  it(`fails as timeout after ${ATTEMPTS} attempts when the engine never answers`, async () => {
+    await ensureWorker();
+    const { id, clothes } = await submitWithPlan(() => ({ kind: 'hang' }));
+
+    const item = await settled(id);
+
+    await expectFailedLeavingNothing(env, api.baseUrl, item, 'timeout');
+    expectPlainMessage(item);
+    const calls = fake.requestsFor(clothes);
+    expect(calls).toHaveLength(ATTEMPTS);
+    // The worker gave up on every call itself.
+    expect(calls.every((request) => request.aborted)).toBe(true);
+  }, 60_000);
+});

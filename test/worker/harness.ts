@@ -1,0 +1,236 @@
+import { randomUUID } from 'node:crypto';
+import { readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import Bull from 'bull';
+import pg from 'pg';
+import sharp from 'sharp';
+import type { TestEnvironment } from '../support/environment.js';
+import type { FakeCog } from '../support/fake-cog.js';
+import { type HistoryItemBody, makeImage, postJob, waitForFinal } from '../support/jobs.js';
+import { createUserWithKey, type RunningService, startService } from '../support/service.js';
+
+/**
+ * Short locks, checks and sweeps so that recovery paths (stalled jobs, retries, the reconciler) run within a
+ * few seconds instead of the production defaults' minutes.
+ */
+export const FAST_TIMINGS: Record<string, string> = {
+  JOB_LOCK_MS: '2000',
+  JOB_STALLED_CHECK_MS: '1000',
+  RECONCILE_INTERVAL_MS: '500',
+  JOB_BACKOFF_MS: '100',
+  SHUTDOWN_TIMEOUT_MS: '3000',
+  LIMIT_MAX_PENDING: '100',
+};
+
+/** The tool every test here runs: one `clothes` image, sent to the fake Cog server. */
+export const TOOL = 'fashion_card';
+
+/** Sends the test tool's jobs to the fake Cog server. */
+export function cogEngine(fake: FakeCog): Record<string, string> {
+  return { ENGINE_FASHION_CARD: `cog:${fake.url}` };
+}
+
+/** Starts and, at the end, stops the service processes of one test file. */
+export class Processes {
+  private readonly running = new Set<RunningService>();
+
+  constructor(private readonly env: TestEnvironment) {}
+
+  start(role: 'api' | 'worker' | 'all', extra: Record<string, string> = {}): Promise<RunningService> {
+    return this.track(startService({ ...this.env.serviceEnv, ...FAST_TIMINGS, ROLE: role, ...extra }));
+  }
+
+  private async track(started: Promise<RunningService>): Promise<RunningService> {
+    const service = await started;
+    this.running.add(service);
+    void service.process.once('exit', () => this.running.delete(service));
+    return service;
+  }
+
+  /** SIGTERM, then SIGKILL if the process is still there after `graceMs`; resolves with the exit code. */
+  async stop(service: RunningService, graceMs = 15_000): Promise<number | null> {
+    const killer = setTimeout(() => void service.stop('SIGKILL'), graceMs);
+    try {
+      return await service.stop('SIGTERM');
+    } finally {
+      clearTimeout(killer);
+      this.running.delete(service);
+    }
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all([...this.running].map((service) => this.stop(service)));
+  }
+}
+
+/** A user of the service with its own key; `userId` is read back from the database. */
+export async function createUser(env: TestEnvironment): Promise<{ key: string; userId: string }> {
+  const name = `worker-test-${randomUUID()}`;
+  const key = await createUserWithKey(env.databaseUrl, name);
+  const [{ id }] = await query<{ id: string }>(env, 'SELECT id FROM users WHERE name = $1', [name]);
+  return { key, userId: id };
+}
+
+export async function query<T = Record<string, unknown>>(
+  env: TestEnvironment,
+  sql: string,
+  params: unknown[] = [],
+): Promise<T[]> {
+  const client = new pg.Client({ connectionString: env.databaseUrl });
+  await client.connect();
+  try {
+    return (await client.query(sql, params)).rows as T[];
+  } finally {
+    await client.end();
+  }
+}
+
+/** The service's Bull queue, seen from outside as another producer would see it. */
+export function openQueue(env: TestEnvironment): Bull.Queue<{ historyItemId: string }> {
+  return new Bull('generation', env.redisUrl, { prefix: `${env.redisPrefix}:bull` });
+}
+
+let imageCounter = 0;
+
+/** A valid `clothes` image whose bytes no other job in the run shares, so the fake can tell jobs apart. */
+export async function uniqueImage(): Promise<Buffer> {
+  imageCounter++;
+  const colour = `#${(((imageCounter * 2246822519) >>> 8) & 0xffffff).toString(16).padStart(6, '0')}`;
+  return makeImage(320, 400, 'png', colour);
+}
+
+/** POSTs a job of the test tool and returns the accepted item's id. */
+export async function submit(baseUrl: string, key: string, clothes: Buffer): Promise<string> {
+  const response = await postJob(baseUrl, key, {
+    tool: TOOL,
+    clothes: { data: clothes, filename: 'clothes.png', contentType: 'image/png' },
+  });
+  const text = await response.text();
+  if (response.status !== 202) throw new Error(`POST job answered ${response.status}: ${text}`);
+  return (JSON.parse(text) as { history_item_id: string }).history_item_id;
+}
+
+export async function getItem(baseUrl: string, key: string, id: string): Promise<Response> {
+  return fetch(`${baseUrl}/user/generation-history/${id}`, { headers: { Authorization: `Bearer ${key}` } });
+}
+
+export async function waitUntil(
+  check: () => Promise<boolean> | boolean,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`still waiting for ${what} after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+export function final(baseUrl: string, key: string, id: string, timeoutMs = 30_000): Promise<HistoryItemBody> {
+  return waitForFinal(baseUrl, key, id, timeoutMs);
+}
+
+export async function pathExists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function listDir(path: string): Promise<string[]> {
+  try {
+    return (await readdir(path)).sort();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw error;
+  }
+}
+
+export function inputFolder(env: TestEnvironment, id: string): string {
+  return join(env.serviceEnv.INPUT_ROOT, id);
+}
+
+export function mediaFolder(env: TestEnvironment, id: string): string {
+  return join(env.serviceEnv.MEDIA_ROOT, id);
+}
+
+export interface Outputs {
+  stock: Buffer;
+  preview: Buffer;
+}
+
+/**
+ * A complete item as the contract promises it: relative media paths, the absolute output URL, a completion time,
+ * and two files that decode as what their names say (the preview at most 512 px on its long side).
+ */
+export async function expectCompleteWithOutputs(baseUrl: string, item: HistoryItemBody): Promise<Outputs> {
+  const id = item.history_item_id;
+  expect(item).toMatchObject({
+    status: 'complete',
+    error: null,
+    preview_url: `media/${id}/preview.webp`,
+    stock_url: `media/${id}/stock.jpg`,
+    output_url: expect.stringMatching(new RegExp(`/media/${id}/stock\\.jpg$`)),
+    completed_at: expect.any(String),
+  });
+  const files = await Promise.all(
+    [item.stock_url!, item.preview_url!].map(async (path) => {
+      const response = await fetch(new URL(path, `${baseUrl}/`));
+      expect(response.status).toBe(200);
+      return { type: response.headers.get('content-type'), data: Buffer.from(await response.arrayBuffer()) };
+    }),
+  );
+  const [stock, preview] = files;
+  expect(stock.type).toMatch(/^image\/jpeg/);
+  expect(preview.type).toMatch(/^image\/webp/);
+  const stockInfo = await sharp(stock.data).metadata();
+  const previewInfo = await sharp(preview.data).metadata();
+  expect(stockInfo.format).toBe('jpeg');
+  expect(previewInfo.format).toBe('webp');
+  expect(Math.max(previewInfo.width!, previewInfo.height!)).toBeLessThanOrEqual(512);
+  // Decodes in full, not only the header.
+  await sharp(stock.data).raw().toBuffer();
+  await sharp(preview.data).raw().toBuffer();
+  return { stock: stock.data, preview: preview.data };
+}
+
+/** A failed item leaves nothing: no output paths, media paths answering 404, no stored inputs, no media folder. */
+export async function expectFailedLeavingNothing(
+  env: TestEnvironment,
+  baseUrl: string,
+  item: HistoryItemBody,
+  code: string,
+): Promise<void> {
+  const id = item.history_item_id;
+  expect(item).toMatchObject({
+    status: 'error',
+    error: { code, message: expect.any(String) },
+    preview_url: null,
+    stock_url: null,
+    output_url: null,
+    completed_at: null,
+  });
+  await expectNoMedia(env, baseUrl, id);
+  expect(await pathExists(inputFolder(env, id))).toBe(false);
+}
+
+export async function expectNoMedia(env: TestEnvironment, baseUrl: string, id: string): Promise<void> {
+  for (const file of ['preview.webp', 'stock.jpg']) {
+    const response = await fetch(`${baseUrl}/media/${id}/${file}`);
+    expect(response.status).toBe(404);
+    await response.body?.cancel();
+  }
+  expect(await pathExists(mediaFolder(env, id))).toBe(false);
+}
+
+/** The workers are done with the job: Bull holds it as completed or failed (or no longer at all). */
+export async function jobSettled(queue: Bull.Queue, jobId: string): Promise<void> {
+  await waitUntil(async () => {
+    const job = await queue.getJob(jobId);
+    if (!job) return true;
+    const state = await job.getState();
+    return state === 'completed' || state === 'failed';
+  }, `job ${jobId} to leave the queue's active, waiting and delayed lists`);
+}
