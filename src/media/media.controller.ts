@@ -1,14 +1,12 @@
+import { pipeline } from 'node:stream/promises';
 import { Controller, Get, Inject, Param, Res } from '@nestjs/common';
 import type { Response } from 'express';
 import { Public } from '../auth/auth.decorators.js';
 import { DomainError } from '../common/problem.js';
-import { MEDIA_STORE, OUTPUT_FILES } from './media.js';
+import { MEDIA_CACHE_CONTROL, MEDIA_STORE, outputContentType } from './media.js';
 import type { ObjectStore } from './object-store.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-const CONTENT_TYPES = new Map<string, string>(
-  Object.values(OUTPUT_FILES).map((file) => [file.name, file.contentType]),
-);
 
 /**
  * Results are public but unguessable (the job's UUID is in the path) and never change once written, so
@@ -21,7 +19,7 @@ export class MediaController {
 
   @Get(':id/:file')
   async get(@Param('id') id: string, @Param('file') file: string, @Res() response: Response): Promise<void> {
-    const contentType = CONTENT_TYPES.get(file);
+    const contentType = outputContentType(file);
     const object = contentType && UUID.test(id) ? await this.media.open(`${id}/${file}`) : undefined;
     if (!object) {
       response.setHeader('Cache-Control', 'no-store');
@@ -30,10 +28,11 @@ export class MediaController {
     response.set({
       'Content-Type': contentType,
       'Content-Length': String(object.size),
-      'Cache-Control': 'public, max-age=31536000, immutable',
+      'Cache-Control': MEDIA_CACHE_CONTROL,
       'X-Content-Type-Options': 'nosniff',
     });
-    object.stream.on('error', () => response.destroy());
-    object.stream.pipe(response);
+    // A client that leaves mid-download is no error; pipeline then destroys the source, which frees its file
+    // handle or its S3 connection instead of leaving it paused forever.
+    await pipeline(object.stream, response).catch(() => response.destroy());
   }
 }

@@ -6,6 +6,22 @@ export const OUTPUT_FILES = {
 
 export type OutputKind = keyof typeof OUTPUT_FILES;
 
+/**
+ * Results never change once written (fixed keys, one outcome per job), so every cache may keep them for a year:
+ * sent by the /media route, and stored on S3 objects for a CDN or the bucket to send.
+ */
+export const MEDIA_CACHE_CONTROL = 'public, max-age=31536000, immutable';
+
+/** The first segment of every media path; on S3 also the media store's prefix, so an object's key is its path. */
+export const MEDIA_PREFIX = 'media/';
+
+const CONTENT_TYPES = new Map<string, string>(Object.values(OUTPUT_FILES).map((file) => [file.name, file.contentType]));
+
+/** Content-Type of an output file by its name; undefined for any other name. */
+export function outputContentType(fileName: string): string | undefined {
+  return CONTENT_TYPES.get(fileName);
+}
+
 /** Key of an output inside the media store. */
 export function outputKey(itemId: string, kind: OutputKind): string {
   return `${itemId}/${OUTPUT_FILES[kind].name}`;
@@ -13,7 +29,7 @@ export function outputKey(itemId: string, kind: OutputKind): string {
 
 /** The relative media path clients resolve against the base URL, e.g. `media/{id}/preview.webp`. */
 export function mediaPath(itemId: string, kind: OutputKind): string {
-  return `media/${outputKey(itemId, kind)}`;
+  return `${MEDIA_PREFIX}${outputKey(itemId, kind)}`;
 }
 
 /** Key of an uploaded input inside the private input store. */

@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 
 /**
  * Where the service keeps files, by key (`{id}/clothes`, `{id}/preview.webp`). Narrow on purpose, so an
- * S3-compatible store can stand in for the local disk.
+ * S3-compatible store (S3ObjectStore) stands in for the local disk.
  */
 export abstract class ObjectStore {
   /** Writes atomically: a reader sees the whole old object, the whole new one, or nothing. */
@@ -22,17 +22,22 @@ export abstract class ObjectStore {
 
 const SAFE_KEY = /^[A-Za-z0-9_-]+(?:\/[A-Za-z0-9_.-]+)*$/;
 
+/** Keys come from our own ids, but a key is still never allowed to climb out of its store. */
+export function assertSafeKey(key: string): void {
+  if (!SAFE_KEY.test(key) || key.split('/').includes('..')) {
+    throw new Error(`invalid object key: ${JSON.stringify(key)}`);
+  }
+}
+
 export class LocalObjectStore extends ObjectStore {
   constructor(private readonly root: string) {
     super();
   }
 
-  /** Keys come from our own ids, but a key is still never allowed to leave the root. */
   private pathOf(key: string): string {
+    assertSafeKey(key);
     const path = resolve(this.root, key);
-    if (!SAFE_KEY.test(key) || key.split('/').includes('..') || !path.startsWith(this.root + sep)) {
-      throw new Error(`invalid object key: ${JSON.stringify(key)}`);
-    }
+    if (!path.startsWith(this.root + sep)) throw new Error(`invalid object key: ${JSON.stringify(key)}`);
     return path;
   }
 

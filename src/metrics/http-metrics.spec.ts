@@ -1,0 +1,24 @@
+import type { Request } from 'express';
+import { routeLabel, UNMATCHED_ROUTE } from './http-metrics.js';
+
+function requestOn(route: unknown, baseUrl = ''): Pick<Request, 'baseUrl' | 'route'> {
+  return { baseUrl, route } as Pick<Request, 'baseUrl' | 'route'>;
+}
+
+describe('routeLabel', () => {
+  it('is the template of the route that answered, with its parameters unfilled', () => {
+    expect(routeLabel(requestOn({ path: '/user/generation-history/:id' }))).toBe('/user/generation-history/:id');
+  });
+
+  it('includes the path the router is mounted at', () => {
+    expect(routeLabel(requestOn({ path: '/:id/:file' }, '/media'))).toBe('/media/:id/:file');
+  });
+
+  it('is "unmatched" when no route took the request', () => {
+    expect(routeLabel(requestOn(undefined))).toBe(UNMATCHED_ROUTE);
+  });
+
+  it('is "unmatched" for the catch-all route that answers unknown paths', () => {
+    expect(routeLabel(requestOn({ path: '{/*splat}' }))).toBe(UNMATCHED_ROUTE);
+  });
+});

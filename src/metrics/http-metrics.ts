@@ -1,0 +1,29 @@
+import type { NextFunction, Request, Response } from 'express';
+import type { Metrics } from './metrics.js';
+
+/**
+ * The route label of requests no route of ours took: unknown paths (Nest answers those from a wildcard route),
+ * static files, bodies refused before routing.
+ */
+export const UNMATCHED_ROUTE = 'unmatched';
+
+/** The route template that answered (`/user/generation-history/:id`), never the URL with its ids. */
+export function routeLabel(request: Pick<Request, 'baseUrl' | 'route'>): string {
+  const path = (request.route as { path?: unknown } | undefined)?.path;
+  return typeof path === 'string' && !path.includes('*') ? `${request.baseUrl}${path}` : UNMATCHED_ROUTE;
+}
+
+/**
+ * Times every request from its arrival. Installed ahead of the body parsers, so requests they refuse count
+ * too; the route is read when the answer is finished, after routing has run.
+ */
+export function httpMetrics(metrics: Metrics) {
+  return (request: Request, response: Response, next: NextFunction): void => {
+    const started = process.hrtime.bigint();
+    response.once('finish', () => {
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      metrics.observeHttp(request.method, routeLabel(request), response.statusCode, seconds);
+    });
+    next();
+  };
+}

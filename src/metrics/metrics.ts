@@ -1,0 +1,92 @@
+import { Injectable } from '@nestjs/common';
+import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+import type { EngineSetting } from '../config/config.js';
+import type { JobErrorCode } from '../history/history-item.entity.js';
+
+/** How a job ended for good: `complete`, or the error code its item records. */
+export type JobOutcome = 'complete' | JobErrorCode;
+
+/** How one processing attempt ended: its result stored, thrown away (the item was deleted or ended), or failed. */
+export type AttemptResult = 'complete' | 'dropped' | 'failed';
+
+/** From a fast local pipeline to a remote model hitting ENGINE_TIMEOUT_MS (120 s) and JOB_DEADLINE_MS (15 min). */
+const JOB_SECONDS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900];
+
+/**
+ * The service's Prometheus metrics, in a registry of its own. Every label has a small, fixed set of values
+ * (route templates, tools, outcomes), never an id: one series per id would grow without end.
+ */
+@Injectable()
+export class Metrics {
+  readonly registry = new Registry();
+
+  private readonly httpDuration = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'HTTP requests by method, route template and status, from arrival to the last byte of the answer',
+    labelNames: ['method', 'route', 'status_code'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly jobs = new Counter({
+    name: 'igs_jobs_total',
+    help: 'Jobs that reached a final status, by tool and outcome: complete, or the error code of the item',
+    labelNames: ['tool', 'outcome'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly jobDuration = new Histogram({
+    name: 'igs_job_duration_seconds',
+    help: 'Processing attempts by tool and result (complete, dropped, failed): inputs read, engine, outputs stored',
+    labelNames: ['tool', 'result'] as const,
+    buckets: JOB_SECONDS,
+    registers: [this.registry],
+  });
+
+  private readonly queueWait = new Histogram({
+    name: 'igs_job_queue_wait_seconds',
+    help: 'Time from a job being queued to a worker taking it up the first time, by tool',
+    labelNames: ['tool'] as const,
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600],
+    registers: [this.registry],
+  });
+
+  private readonly engineDuration = new Histogram({
+    name: 'igs_engine_duration_seconds',
+    help: 'Engine calls, successful or not, by tool and engine kind (local, cog)',
+    labelNames: ['tool', 'engine'] as const,
+    buckets: JOB_SECONDS,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry });
+  }
+
+  observeHttp(method: string, route: string, statusCode: number, seconds: number): void {
+    this.httpDuration.observe({ method, route, status_code: statusCode }, seconds);
+  }
+
+  countJobOutcome(tool: string, outcome: JobOutcome): void {
+    this.jobs.inc({ tool, outcome });
+  }
+
+  observeQueueWait(tool: string, seconds: number): void {
+    this.queueWait.observe({ tool }, Math.max(0, seconds));
+  }
+
+  /** Starts timing an attempt; call the result with how it ended. */
+  startAttempt(tool: string): (result: AttemptResult) => void {
+    const end = this.jobDuration.startTimer({ tool });
+    return (result) => end({ result });
+  }
+
+  /** Times one engine call, whether it succeeds or throws. */
+  async timeEngine<T>(tool: string, engine: EngineSetting['kind'], call: () => Promise<T>): Promise<T> {
+    const end = this.engineDuration.startTimer({ tool, engine });
+    try {
+      return await call();
+    } finally {
+      end();
+    }
+  }
+}
