@@ -13,6 +13,7 @@ import { GenerationModule } from './generation/generation.module.js';
 import { HealthModule } from './health/health.module.js';
 import { HistoryModule } from './history/history.module.js';
 import { MediaApiModule, MediaModule } from './media/media.module.js';
+import { MetricsModule } from './metrics/metrics.module.js';
 import { RedisModule } from './redis/redis.module.js';
 import { WorkerModule } from './worker/worker.module.js';
 
@@ -20,17 +21,19 @@ import { WorkerModule } from './worker/worker.module.js';
 export class AppModule {
   /** The API and the worker share one image and one module tree; ROLE picks which halves boot. */
   static forRole(config: AppConfig): DynamicModule {
+    const foundation = [ConfigModule.forRoot(config), LoggerModule.forRoot(loggerParams(config)), DatabaseModule];
+    // Booting the database module applies the pending migrations: all that this role is for.
+    if (config.role === 'migrate') return { module: AppModule, imports: foundation };
     const api = config.runsApi ? [AuthModule, CatalogModule, ContractModule, GenerationModule, HistoryModule, MediaApiModule] : [];
     const worker = config.runsWorker ? [WorkerModule] : [];
     return {
       module: AppModule,
       imports: [
-        ConfigModule.forRoot(config),
-        LoggerModule.forRoot(loggerParams(config)),
-        DatabaseModule,
+        ...foundation,
         RedisModule,
         HealthModule,
         MediaModule,
+        MetricsModule,
         ...api,
         ...worker,
       ],

@@ -6,8 +6,11 @@ import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
 import { AppModule } from './app.module.js';
 import { requestId } from './common/logging.js';
+import { DOCS_ROUTE, hardenHttp } from './common/security.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
 import { Contract } from './contract/contract.js';
+import { httpMetrics } from './metrics/http-metrics.js';
+import { Metrics } from './metrics/metrics.js';
 import { assertRedisReachable } from './redis/redis.js';
 
 async function bootstrap(config: AppConfig): Promise<void> {
@@ -20,16 +23,26 @@ async function bootstrap(config: AppConfig): Promise<void> {
     requestId(request, response);
     next();
   });
+  app.use(httpMetrics(app.get(Metrics)));
+  hardenHttp(app, config);
   // process.exit(0) after the shutdown hooks, instead of re-raising the signal: SIGTERM ends with exit code 0.
   app.enableShutdownHooks([], { useProcessExit: true });
   if (config.runsApi) {
-    SwaggerModule.setup('docs', app, app.get(Contract).document as unknown as OpenAPIObject, {
+    SwaggerModule.setup(DOCS_ROUTE, app, app.get(Contract).document as unknown as OpenAPIObject, {
       raw: false,
       customSiteTitle: 'Image generation service API',
     });
   }
   await app.listen(config.port, config.host);
   app.get(Logger).log(`Serving role "${config.role}" on ${config.publicBaseUrl}`, 'Bootstrap');
+}
+
+/** ROLE=migrate: applies pending migrations (under the advisory lock every role takes at boot) and exits. */
+async function migrate(config: AppConfig): Promise<void> {
+  const app = await NestFactory.createApplicationContext(AppModule.forRole(config), { bufferLogs: true });
+  app.useLogger(app.get(Logger));
+  app.get(Logger).log('The database schema is up to date', 'Migrate');
+  await app.close();
 }
 
 let config: AppConfig;
@@ -39,7 +52,7 @@ try {
   process.stderr.write(`${error instanceof ConfigError ? error.message : String(error)}\n`);
   process.exit(1);
 }
-bootstrap(config).catch((error: unknown) => {
+(config.role === 'migrate' ? migrate(config) : bootstrap(config)).catch((error: unknown) => {
   process.stderr.write(`Startup failed: ${error instanceof Error ? error.message : String(error)}\n`);
   process.exit(1);
 });

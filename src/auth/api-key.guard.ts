@@ -2,14 +2,19 @@ import { type CanActivate, type ExecutionContext, Injectable } from '@nestjs/com
 import { Reflector } from '@nestjs/core';
 import { DomainError } from '../common/problem.js';
 import { ApiKeyService } from './api-key.service.js';
+import { AuthFailureLimit } from './auth-failures.js';
 import { type AuthenticatedRequest, IS_PUBLIC } from './auth.decorators.js';
 
-/** Every route needs `Authorization: Bearer <api_key>` unless marked @Public(). */
+/**
+ * Every route needs `Authorization: Bearer <api_key>` unless marked @Public(). An address that collected too
+ * many 401s is refused before its key is looked at (AuthFailureLimit).
+ */
 @Injectable()
 export class ApiKeyGuard implements CanActivate {
   constructor(
     private readonly reflector: Reflector,
     private readonly apiKeys: ApiKeyService,
+    private readonly failures: AuthFailureLimit,
   ) {}
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
@@ -17,14 +22,17 @@ export class ApiKeyGuard implements CanActivate {
     if (isPublic) return true;
 
     const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
+    await this.failures.assertAllowed(request.ip);
     const match = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '');
     if (!match) {
+      await this.failures.recordFailure(request.ip);
       throw new DomainError('unauthorized', 'Send an API key as "Authorization: Bearer <api_key>".', {
         headers: { 'WWW-Authenticate': 'Bearer' },
       });
     }
     const principal = await this.apiKeys.authenticate(match[1]);
     if (!principal) {
+      await this.failures.recordFailure(request.ip);
       throw new DomainError('unauthorized', 'The API key is unknown or revoked.', {
         headers: { 'WWW-Authenticate': 'Bearer error="invalid_token"' },
       });

@@ -1,5 +1,13 @@
 import { createHash } from 'node:crypto';
-import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from './api-key.js';
+import {
+  containsApiKey,
+  generateApiKey,
+  hashApiKey,
+  hashesEqual,
+  isWellFormedApiKey,
+  lookupPrefix,
+  maskApiKeys,
+} from './api-key.js';
 
 const KEY_FORMAT = /^igs_[0-9A-Za-z]{40}$/;
 
@@ -116,5 +124,37 @@ describe('lookupPrefix', () => {
 
     expect(key.startsWith(lookupPrefix(key))).toBe(true);
     expect(lookupPrefix(key)).not.toContain(key.slice(12));
+  });
+});
+
+describe('maskApiKeys', () => {
+  it('masks every key in a text and keeps the rest', () => {
+    const [first, second] = [generateApiKey(), generateApiKey()];
+
+    const sut = maskApiKeys(`/user/generation-history/${first}/x/${second}`);
+
+    expect(sut).toBe('/user/generation-history/igs_[masked]/x/igs_[masked]');
+  });
+
+  it('masks a key cut short or made longer, which is still a secret', () => {
+    const key = generateApiKey();
+
+    expect(maskApiKeys(key.slice(0, 20))).toBe('igs_[masked]');
+    expect(maskApiKeys(`${key}abc`)).toBe('igs_[masked]');
+  });
+
+  it('leaves text without a key alone', () => {
+    expect(maskApiKeys('/generation/tools')).toBe('/generation/tools');
+  });
+});
+
+describe('containsApiKey', () => {
+  it('finds a key anywhere in a text', () => {
+    expect(containsApiKey(`req-${generateApiKey()}-1`)).toBe(true);
+  });
+
+  it('does not take the bare prefix or a request id for a key', () => {
+    expect(containsApiKey('igs_')).toBe(false);
+    expect(containsApiKey('3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44')).toBe(false);
   });
 });

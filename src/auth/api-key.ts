@@ -6,6 +6,8 @@ const SECRET_LENGTH = 40;
 const LOOKUP_PREFIX_LENGTH = KEY_PREFIX.length + 8;
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const KEY_PATTERN = new RegExp(`^${KEY_PREFIX}[0-9A-Za-z]{${SECRET_LENGTH}}$`);
+/** Generous on purpose: a key a client mangled (cut short, one character too many) is still a secret. */
+const KEY_LIKE = `${KEY_PREFIX}[0-9A-Za-z]{8,}`;
 
 /** A new random key: `igs_` and 40 base62 characters (about 238 bits). */
 export function generateApiKey(): string {
@@ -21,6 +23,16 @@ export function generateApiKey(): string {
 
 export function isWellFormedApiKey(candidate: string): boolean {
   return KEY_PATTERN.test(candidate);
+}
+
+/** Whether text a client controls holds something shaped like a key, which must then not be logged. */
+export function containsApiKey(text: string): boolean {
+  return new RegExp(KEY_LIKE).test(text);
+}
+
+/** Text with everything shaped like a key masked, for text a client controls that is about to be logged. */
+export function maskApiKeys(text: string): string {
+  return text.replace(new RegExp(KEY_LIKE, 'g'), `${KEY_PREFIX}[masked]`);
 }
 
 export function lookupPrefix(key: string): string {

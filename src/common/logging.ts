@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Params } from 'nestjs-pino';
+import { containsApiKey, maskApiKeys } from '../auth/api-key.js';
 import type { AppConfig } from '../config/config.js';
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
@@ -13,7 +14,9 @@ export function requestId(request: IncomingMessage, response: ServerResponse): s
   const assigned = (request as IncomingMessage & { id?: unknown }).id;
   if (typeof assigned === 'string') return assigned;
   const incoming = request.headers['x-request-id'];
-  const id = typeof incoming === 'string' && CLIENT_REQUEST_ID.test(incoming) ? incoming : randomUUID();
+  // An id shaped like an API key would put a key into every log line of the request.
+  const sane = typeof incoming === 'string' && CLIENT_REQUEST_ID.test(incoming) && !containsApiKey(incoming);
+  const id = sane ? incoming : randomUUID();
   (request as IncomingMessage & { id?: string }).id = id;
   response.setHeader('X-Request-Id', id);
   return id;
@@ -33,7 +36,8 @@ export function loggerParams(config: AppConfig): Params {
         req: (req: { id: string; method: string; url: string }) => ({
           id: req.id,
           method: req.method,
-          url: req.url.split('?')[0],
+          // A client that puts its key in the path must not get it logged either.
+          url: maskApiKeys(req.url.split('?')[0]),
         }),
       },
       customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),

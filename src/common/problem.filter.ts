@@ -32,7 +32,6 @@ const HTTP_STATUS_CODES: Record<number, ProblemCode> = {
   401: 'unauthorized',
   404: 'not_found',
   413: 'payload_too_large',
-  415: 'unsupported_media_type',
   429: 'rate_limited',
   503: 'service_unavailable',
 };
@@ -48,7 +47,8 @@ export function toDomainError(exception: unknown): DomainError {
   if (status === 404) return new DomainError('not_found', 'No such resource.');
   if (status === 405) return new DomainError('not_found', 'No such resource.');
   if (status === 413) return new DomainError('payload_too_large', 'The request body is too large.');
-  if (status === 415) return new DomainError('unsupported_media_type', 'Unsupported content type.');
+  // body-parser's 415 is about the charset or Content-Encoding of a body; this API's 415 means "not an image".
+  if (status === 415) return new DomainError('bad_request', 'Unsupported body charset or encoding.');
   if (status !== undefined && status >= 400 && status < 500) {
     const code = HTTP_STATUS_CODES[status] ?? 'bad_request';
     return new DomainError(code, clientMessage(exception, status));
@@ -69,7 +69,6 @@ function clientMessage(exception: unknown, status: number): string {
   const parserError = (exception as { cause?: unknown }).cause ?? exception;
   const type = (parserError as { type?: unknown } | null)?.type;
   if (type === 'entity.parse.failed') return 'The request body is not valid JSON.';
-  if (type === 'encoding.unsupported' || type === 'charset.unsupported') return 'Unsupported body encoding.';
   if (exception instanceof HttpException && status !== 400) return exception.message;
   return 'The request is malformed.';
 }
@@ -96,4 +95,8 @@ const UNAVAILABLE_MESSAGES = [
   'Connection is closed',
   "Stream isn't writeable",
   'Driver not Connected',
+  // ioredis: a command in flight when the connection dropped, failed once it could not be sent again.
+  'Reached the max retries per request limit',
+  // ioredis: Redis accepted the connection but did not answer within commandTimeout.
+  'Command timed out',
 ];

@@ -159,3 +159,125 @@ describe('AppConfig', () => {
     expect(sut.usesEmbeddedDatabase).toBe(false);
   });
 });
+
+describe('AppConfig: roles, storage and metrics', () => {
+  it('runs neither the API nor the worker with ROLE=migrate', () => {
+    const sut = configFrom({ ROLE: 'migrate' });
+
+    expect(sut.role).toBe('migrate');
+    expect(sut.runsApi).toBe(false);
+    expect(sut.runsWorker).toBe(false);
+  });
+
+  it('keeps media on the local disk, served by the service itself, and no metrics listener by default', () => {
+    const sut = configFrom({ PUBLIC_BASE_URL: 'https://api.example.com/' });
+
+    expect(sut.storage).toEqual({ kind: 'local' });
+    expect(sut.mediaPublicBaseUrl).toBe('https://api.example.com');
+    expect(sut.metricsPort).toBe(0);
+  });
+
+  it('reads the S3 settings with STORAGE=s3', () => {
+    const sut = configFrom({
+      STORAGE: 's3',
+      S3_ENDPOINT: 'http://minio:9000',
+      S3_REGION: 'eu-west-1',
+      S3_BUCKET: 'igs',
+      S3_ACCESS_KEY_ID: 'id',
+      S3_SECRET_ACCESS_KEY: 'secret',
+      S3_FORCE_PATH_STYLE: 'true',
+      MEDIA_PUBLIC_BASE_URL: 'https://cdn.example.com/',
+      METRICS_PORT: '9464',
+    });
+
+    expect(sut.storage).toEqual({
+      kind: 's3',
+      endpoint: 'http://minio:9000',
+      region: 'eu-west-1',
+      bucket: 'igs',
+      credentials: { accessKeyId: 'id', secretAccessKey: 'secret' },
+      forcePathStyle: true,
+    });
+    expect(sut.mediaPublicBaseUrl).toBe('https://cdn.example.com');
+    expect(sut.metricsPort).toBe(9464);
+  });
+
+  it('leaves AWS S3 credentials and endpoint to the SDK when none are given', () => {
+    const sut = configFrom({ STORAGE: 's3', S3_BUCKET: 'igs' });
+
+    expect(sut.storage).toEqual({
+      kind: 's3',
+      endpoint: undefined,
+      region: 'us-east-1',
+      bucket: 'igs',
+      credentials: undefined,
+      forcePathStyle: false,
+    });
+  });
+
+  it.each([
+    [{ STORAGE: 'gcs' }, 'STORAGE'],
+    [{ STORAGE: 's3' }, 'S3_BUCKET'],
+    [{ STORAGE: 's3', S3_BUCKET: 'igs', S3_ACCESS_KEY_ID: 'id' }, 'S3_SECRET_ACCESS_KEY'],
+    [{ STORAGE: 's3', S3_BUCKET: 'igs', S3_ENDPOINT: 'minio:9000' }, 'S3_ENDPOINT'],
+    [{ STORAGE: 's3', S3_BUCKET: 'igs', S3_FORCE_PATH_STYLE: 'yes' }, 'S3_FORCE_PATH_STYLE'],
+    [{ MEDIA_PUBLIC_BASE_URL: 'cdn.example.com' }, 'MEDIA_PUBLIC_BASE_URL'],
+    [{ METRICS_PORT: '65536' }, 'METRICS_PORT'],
+  ])('rejects %j with a ConfigError naming %s', (env, name) => {
+    const error = configErrorFrom(env);
+
+    expect(error.message).toContain(name);
+    expect(error.problems).toHaveLength(1);
+  });
+
+  it('reads no S3 setting unless STORAGE=s3', () => {
+    const sut = configFrom({ S3_ENDPOINT: 'not a url', S3_ACCESS_KEY_ID: 'id' });
+
+    expect(sut.storage).toEqual({ kind: 'local' });
+  });
+});
+
+describe('AppConfig: HTTP hardening', () => {
+  it('allows no CORS origin, trusts no proxy and limits failed authentications by default', () => {
+    const sut = configFrom({});
+
+    expect(sut.corsOrigins).toEqual([]);
+    expect(sut.trustProxyHops).toBe(0);
+    expect(sut.authFailuresPerMinute).toBe(30);
+    expect(sut.httpIdleTimeoutMs).toBe(60_000);
+  });
+
+  it('reads CORS_ORIGINS as a comma-separated list of exact origins', () => {
+    const sut = configFrom({ CORS_ORIGINS: ' https://app.example.com, http://localhost:5173 ,' });
+
+    expect(sut.corsOrigins).toEqual(['https://app.example.com', 'http://localhost:5173']);
+  });
+
+  it.each([
+    ['a trailing slash', 'https://app.example.com/'],
+    ['a path', 'https://app.example.com/app'],
+    ['a wildcard', '*'],
+    ['no scheme', 'app.example.com'],
+    ['another scheme', 'ftp://app.example.com'],
+    ['upper case', 'https://App.example.com'],
+    ['a default port, which browsers never send', 'https://app.example.com:443'],
+  ])('rejects a CORS origin with %s, naming CORS_ORIGINS and the value', (_case, origin) => {
+    const error = configErrorFrom({ CORS_ORIGINS: `https://ok.example.com,${origin}` });
+
+    expect(error.problems).toHaveLength(1);
+    expect(error.message).toContain('CORS_ORIGINS');
+    expect(error.message).toContain(`"${origin}"`);
+  });
+
+  it.each([
+    ['AUTH_FAILURES_PER_MINUTE', '0'],
+    ['TRUST_PROXY', 'true'],
+    ['TRUST_PROXY', '11'],
+    ['HTTP_IDLE_TIMEOUT_MS', '10'],
+  ])('rejects %s=%s with a ConfigError naming it', (name, value) => {
+    const error = configErrorFrom({ [name]: value });
+
+    expect(error.message).toContain(name);
+    expect(error.problems).toHaveLength(1);
+  });
+});

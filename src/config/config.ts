@@ -1,11 +1,27 @@
 import { resolve } from 'node:path';
 import { TOOL_IDS } from '../catalog/catalog.js';
 
-export type Role = 'api' | 'worker' | 'all';
+/** `migrate` applies pending migrations and exits: a one-shot step before the other roles start. */
+export type Role = 'api' | 'worker' | 'all' | 'migrate';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
 /** `local` runs the built-in sharp pipeline; `cog:<url>` sends the job to a Cog prediction server. */
 export type EngineSetting = { kind: 'local' } | { kind: 'cog'; url: string };
+
+/**
+ * Where media and inputs live: folders under MEDIA_ROOT and INPUT_ROOT, or one S3 bucket. Without keys the
+ * AWS SDK finds credentials itself (instance or task role, AWS_* variables).
+ */
+export type StorageSetting =
+  | { kind: 'local' }
+  | {
+      kind: 's3';
+      endpoint: string | undefined;
+      region: string;
+      bucket: string;
+      credentials: { accessKeyId: string; secretAccessKey: string } | undefined;
+      forcePathStyle: boolean;
+    };
 
 /** Every setting of the service, read from the environment once at boot. */
 export class AppConfig {
@@ -14,6 +30,10 @@ export class AppConfig {
   readonly port: number;
   readonly logLevel: LogLevel;
   readonly publicBaseUrl: string;
+  /** Base of `output_url`: PUBLIC_BASE_URL (the /media route), or a CDN or bucket serving the media store. */
+  readonly mediaPublicBaseUrl: string;
+  /** Port of the separate Prometheus listener on HOST; 0: no listener. */
+  readonly metricsPort: number;
   /** Unset means: run on the embedded PostgreSQL (PGlite) under `embeddedDbDir`. */
   readonly databaseUrl: string | undefined;
   readonly embeddedDbDir: string;
@@ -24,6 +44,7 @@ export class AppConfig {
   readonly redisPrefix: string;
   readonly mediaRoot: string;
   readonly inputRoot: string;
+  readonly storage: StorageSetting;
   readonly uploadTmpDir: string;
   readonly uploadMaxFileBytes: number;
   readonly uploadMaxParts: number;
@@ -45,15 +66,25 @@ export class AppConfig {
   readonly reconcileIntervalMs: number;
   readonly shutdownTimeoutMs: number;
   readonly authCacheTtlMs: number;
+  /** 401s one client address may collect in a minute; beyond that it gets 429 before its key is even looked up. */
+  readonly authFailuresPerMinute: number;
+  /** How many reverse proxies' X-Forwarded-For entries to believe when telling clients apart; 0: the peer address. */
+  readonly trustProxyHops: number;
+  /** Browser origins allowed to call the API (CORS); empty: no CORS headers at all. */
+  readonly corsOrigins: readonly string[];
+  /** A connection with no traffic for this long is closed, so stalled uploads cannot hold sockets and temp files. */
+  readonly httpIdleTimeoutMs: number;
   readonly engines: Readonly<Record<string, EngineSetting>>;
 
   constructor(env: NodeJS.ProcessEnv) {
     const read = new EnvReader(env);
-    this.role = read.oneOf('ROLE', ['api', 'worker', 'all'] as const, 'all');
+    this.role = read.oneOf('ROLE', ['api', 'worker', 'all', 'migrate'] as const, 'all');
     this.host = read.string('HOST', '0.0.0.0');
     this.port = read.int('PORT', 3000, 0, 65535);
     this.logLevel = read.oneOf('LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info');
     this.publicBaseUrl = read.url('PUBLIC_BASE_URL', `http://localhost:${this.port}`).replace(/\/+$/, '');
+    this.mediaPublicBaseUrl = read.url('MEDIA_PUBLIC_BASE_URL', this.publicBaseUrl).replace(/\/+$/, '');
+    this.metricsPort = read.int('METRICS_PORT', 0, 0, 65535);
     this.databaseUrl = read.optionalUrl('DATABASE_URL', ['postgres:', 'postgresql:']);
     this.embeddedDbDir = resolve(read.string('EMBEDDED_DB_DIR', './data/pglite'));
     this.embeddedDbPort = read.int('EMBEDDED_DB_PORT', 54329, 1, 65535);
@@ -62,6 +93,7 @@ export class AppConfig {
     this.redisPrefix = read.string('REDIS_PREFIX', 'igs');
     this.mediaRoot = resolve(read.string('MEDIA_ROOT', './data/media'));
     this.inputRoot = resolve(read.string('INPUT_ROOT', './data/inputs'));
+    this.storage = read.oneOf('STORAGE', ['local', 's3'] as const, 'local') === 's3' ? read.s3() : { kind: 'local' };
     this.uploadTmpDir = resolve(read.string('UPLOAD_TMP_DIR', './data/tmp'));
     this.uploadMaxFileBytes = read.int('UPLOAD_MAX_FILE_BYTES', 10 * 1024 * 1024, 1024, 1024 ** 3);
     this.uploadMaxParts = read.int('UPLOAD_MAX_PARTS', 10, 1, 100);
@@ -80,6 +112,10 @@ export class AppConfig {
     this.reconcileIntervalMs = read.int('RECONCILE_INTERVAL_MS', 30_000, 100, 3_600_000);
     this.shutdownTimeoutMs = read.int('SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000);
     this.authCacheTtlMs = read.int('AUTH_CACHE_TTL_MS', 10_000, 0, 3_600_000);
+    this.authFailuresPerMinute = read.int('AUTH_FAILURES_PER_MINUTE', 30, 1, 1_000_000);
+    this.trustProxyHops = read.int('TRUST_PROXY', 0, 0, 10);
+    this.corsOrigins = read.origins('CORS_ORIGINS');
+    this.httpIdleTimeoutMs = read.int('HTTP_IDLE_TIMEOUT_MS', 60_000, 1000, 3_600_000);
     this.engines = Object.fromEntries(
       TOOL_IDS.map((tool) => [tool, read.engine(`ENGINE_${tool.toUpperCase()}`)]),
     );
@@ -91,11 +127,11 @@ export class AppConfig {
   }
 
   get runsApi(): boolean {
-    return this.role !== 'worker';
+    return this.role === 'api' || this.role === 'all';
   }
 
   get runsWorker(): boolean {
-    return this.role !== 'api';
+    return this.role === 'worker' || this.role === 'all';
   }
 }
 
@@ -163,6 +199,25 @@ class EnvReader {
     return value;
   }
 
+  /** Exact origins as browsers send them in `Origin`: scheme, host and a non-default port; nothing else. */
+  origins(name: string): string[] {
+    const origins = (this.raw(name) ?? '').split(',').map((origin) => origin.trim()).filter((origin) => origin !== '');
+    for (const origin of origins) {
+      let parsed: URL | undefined;
+      try {
+        parsed = new URL(origin);
+      } catch {
+        parsed = undefined;
+      }
+      if (!parsed || !['http:', 'https:'].includes(parsed.protocol) || parsed.origin !== origin) {
+        this.problems.push(
+          `${name} must be comma-separated origins such as https://app.example.com (lower case, no path, no default port), got "${origin}"`,
+        );
+      }
+    }
+    return origins;
+  }
+
   engine(name: string): EngineSetting {
     const value = this.raw(name);
     if (value === undefined || value === 'local') return { kind: 'local' };
@@ -172,6 +227,24 @@ class EnvReader {
     }
     this.problems.push(`${name} must be "local" or "cog:<http(s) URL of a Cog server>", got "${value}"`);
     return { kind: 'local' };
+  }
+
+  s3(): StorageSetting {
+    const bucket = this.raw('S3_BUCKET');
+    if (bucket === undefined) this.problems.push('S3_BUCKET must be set when STORAGE=s3');
+    const accessKeyId = this.raw('S3_ACCESS_KEY_ID');
+    const secretAccessKey = this.raw('S3_SECRET_ACCESS_KEY');
+    if ((accessKeyId === undefined) !== (secretAccessKey === undefined)) {
+      this.problems.push('S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY must be set together, or both left unset');
+    }
+    return {
+      kind: 's3',
+      endpoint: this.optionalUrl('S3_ENDPOINT'),
+      region: this.string('S3_REGION', 'us-east-1'),
+      bucket: bucket ?? '',
+      credentials: accessKeyId && secretAccessKey ? { accessKeyId, secretAccessKey } : undefined,
+      forcePathStyle: this.oneOf('S3_FORCE_PATH_STYLE', ['true', 'false'] as const, 'false') === 'true',
+    };
   }
 
   throwIfInvalid(): void {

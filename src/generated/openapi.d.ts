@@ -200,7 +200,8 @@ export interface paths {
          *
          *     - The body must be `application/json` with exactly the field `like`; another field, a
          *       missing `like` or a value that is not a boolean or `null` answers `400 validation_failed`;
-         *       broken JSON or another content type answers `400 bad_request`.
+         *       broken JSON or another content type answers `400 bad_request`; a body over 100 KB answers
+         *       `413 payload_too_large`.
          *     - An item that is `pending` or `error` answers `409 not_complete`.
          *     - A missing item or another user's item answers `404`; an id that is not a UUID answers `400`.
          */
@@ -225,7 +226,7 @@ export interface paths {
          *     `preview.webp` is a WebP at most 512 px on its long side; `stock.jpg` is the full-resolution
          *     JPEG. The files appear when the job becomes `complete`: before that, for a job in `error`,
          *     after the item is deleted, and for any path that does not name a result file, the answer is
-         *     `404`. Uploaded inputs are never served.
+         *     `404`; a path that is not valid percent-encoding answers `400`. Uploaded inputs are never served.
          */
         get: operations["getMedia"];
         put?: never;
@@ -484,8 +485,9 @@ export interface components {
             stock_url: string | null;
             /**
              * Format: uri
-             * @description `null` until `complete`, then the absolute, externally accessible URL of the stock image
-             *     (the service's public base URL + `stock_url`). Clients apply their own retention policy:
+             * @description `null` until `complete`, then the absolute, externally accessible URL of the stock image:
+             *     the service's public base URL + `stock_url`, or the same path on the CDN or storage bucket a
+             *     deployment serves its media from. Clients apply their own retention policy:
              *     copy the file if they need it after the item is deleted.
              * @example http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg
              */
@@ -739,7 +741,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description A file larger than 10 MiB, or more than 10 multipart parts. */
+        /** @description A file larger than 10 MiB or more than 10 multipart parts in an upload, or a JSON body larger than 100 KB. */
         PayloadTooLarge: {
             headers: {
                 [name: string]: unknown;
@@ -790,8 +792,10 @@ export interface components {
             };
         };
         /**
-         * @description A per-user limit is reached: 60 job creations a minute (`rate_limited`) or 10 pending jobs
-         *     (`too_many_pending`). Wait `Retry-After` seconds before trying again.
+         * @description A limit is reached. Per user: 60 job creations a minute (`rate_limited`) or 10 pending jobs
+         *     (`too_many_pending`). Per client address: 30 failed authentications a minute
+         *     (`rate_limited`), after which every request from that address that needs a key is refused,
+         *     before its key is checked. Wait `Retry-After` seconds before trying again.
          */
         TooManyRequests: {
             headers: {
@@ -911,6 +915,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -941,6 +946,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -1093,6 +1099,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -1123,6 +1130,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -1151,6 +1159,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -1202,6 +1211,8 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -1245,6 +1256,7 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             404: components["responses"]["NotFound"];
         };
     };

@@ -19,8 +19,11 @@ export class HistoryItemDto implements HistoryItemSchema {
   updated_at: string;
   completed_at: string | null;
 
-  /** Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL. */
-  static from(item: HistoryListRow, publicBaseUrl: string): HistoryItemDto {
+  /**
+   * Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL, on the
+   * service itself or on whatever serves the media store (MEDIA_PUBLIC_BASE_URL).
+   */
+  static from(item: HistoryListRow, mediaBaseUrl: string): HistoryItemDto {
     const complete = item.status === 'complete';
     const stock = mediaPath(item.id, 'stock');
     return {
@@ -30,7 +33,7 @@ export class HistoryItemDto implements HistoryItemSchema {
       status: item.status,
       preview_url: complete ? mediaPath(item.id, 'preview') : null,
       stock_url: complete ? stock : null,
-      output_url: complete ? `${publicBaseUrl}/${stock}` : null,
+      output_url: complete ? `${mediaBaseUrl}/${stock}` : null,
       like: item.like,
       error: item.errorCode ? { code: item.errorCode, message: item.errorMessage ?? '' } : null,
       created_at: item.createdAt.toISOString(),

@@ -34,7 +34,7 @@ export class HistoryService {
   async get(userId: string, id: string): Promise<HistoryItemDto> {
     const item = await this.items.findOneBy({ id, userId });
     if (!item) throw notFound();
-    return HistoryItemDto.from(item, this.config.publicBaseUrl);
+    return HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
   }
 
   /** Newest first, ties broken by id, so pages neither repeat nor skip items. */
@@ -45,7 +45,7 @@ export class HistoryService {
       this.dataSource.query(sql.count.text, sql.count.values),
     ])) as [HistoryListRow[], [{ total: number }]];
     return {
-      items: items.map((item) => HistoryItemDto.from(item, this.config.publicBaseUrl)),
+      items: items.map((item) => HistoryItemDto.from(item, this.config.mediaPublicBaseUrl)),
       page: query.page,
       limit: query.limit,
       total,

@@ -14,6 +14,7 @@ import { GENERATE_JOB, type GenerateJobData, GENERATION_QUEUE } from '../generat
 import { HistoryItem } from '../history/history-item.entity.js';
 import { INPUT_STORE, MEDIA_STORE, outputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
+import { Metrics } from '../metrics/metrics.js';
 import { PermanentEngineError } from './engines/engine.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { JobOutcomes } from './job-outcomes.js';
@@ -37,6 +38,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     private readonly outcomes: JobOutcomes,
     private readonly engines: EngineRegistry,
     private readonly config: AppConfig,
+    private readonly metrics: Metrics,
   ) {}
 
   onApplicationBootstrap(): void {
@@ -68,16 +70,29 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   async run(job: Job<GenerateJobData>): Promise<void> {
     const id = job.data.historyItemId;
     const item = await this.dataSource.getRepository(HistoryItem).findOneBy({ id });
-    if (!item || item.status !== 'pending') return;
+    if (!item || item.status !== 'pending') {
+      // A run killed after recording the outcome but before deleting files is delivered again (its job stalled):
+      // finish its clean-up, so that no input photo outlives the job. Only a complete item keeps its outputs.
+      await Promise.all([
+        this.inputs.deleteFolder(id),
+        item?.status === 'complete' ? undefined : this.media.deleteFolder(id),
+      ]);
+      return;
+    }
+    // A later attempt's wait includes its backoff, which says nothing about the queue.
+    if (job.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - job.timestamp) / 1000);
+    const endAttempt = this.metrics.startAttempt(item.tool);
 
     try {
       const images: Record<string, Buffer> = {};
       for (const [name, input] of Object.entries(item.inputs)) images[name] = await this.inputs.get(input.key);
       const signal = AbortSignal.any([this.shutdown.signal, AbortSignal.timeout(this.config.engineTimeoutMs)]);
       const started = performance.now();
-      const result = await this.engines
-        .for(item.tool)
-        .generate({ tool: item.tool, generationType: item.generationType, images, texts: item.texts, signal });
+      const result = await this.metrics.timeEngine(item.tool, this.config.engines[item.tool].kind, () =>
+        this.engines
+          .for(item.tool)
+          .generate({ tool: item.tool, generationType: item.generationType, images, texts: item.texts, signal }),
+      );
       const outputs = await renderOutputs(result, this.config.imageMaxPixels);
       const completed = await this.outcomes.complete(id, async () => {
         await Promise.all([
@@ -86,9 +101,11 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         ]);
       });
       const ms = Math.round(performance.now() - started);
+      endAttempt(completed ? 'complete' : 'dropped');
       if (completed) this.logger.log({ id, tool: item.tool, ms }, 'job complete');
       else this.logger.log({ id, tool: item.tool, ms }, 'result dropped: the item was deleted or ended meanwhile');
     } catch (error) {
+      endAttempt('failed');
       await this.fail(job, error);
     }
   }

@@ -4,10 +4,11 @@ import { DataSource } from 'typeorm';
 import type { JobErrorCode } from '../history/history-item.entity.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
+import { Metrics } from '../metrics/metrics.js';
 
 /**
  * The only writers of a job's final status. Each update is guarded by `status = 'pending'`, so of two
- * deliveries of one job, or a worker and the reconciler, exactly one decides the outcome.
+ * deliveries of one job, or a worker and the reconciler, exactly one decides the outcome, and counts it.
  */
 @Injectable()
 export class JobOutcomes {
@@ -15,6 +16,7 @@ export class JobOutcomes {
     @InjectDataSource() private readonly dataSource: DataSource,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
+    private readonly metrics: Metrics,
   ) {}
 
   /**
@@ -24,22 +26,24 @@ export class JobOutcomes {
    * complete item's files are never rewritten by a late duplicate run. Resolves false when the result was dropped.
    */
   async complete(id: string, writeOutputs: () => Promise<void>): Promise<boolean> {
-    const completed = await this.dataSource.transaction(async (manager) => {
+    const tool = await this.dataSource.transaction(async (manager) => {
       const rows = (await manager.query(
-        `SELECT id FROM history_items WHERE id = $1 AND status = 'pending' FOR UPDATE`,
+        `SELECT tool FROM history_items WHERE id = $1 AND status = 'pending' FOR UPDATE`,
         [id],
-      )) as unknown[];
-      if (rows.length === 0) return false;
+      )) as { tool: string }[];
+      if (rows.length === 0) return undefined;
       await writeOutputs();
       await manager.query(
         `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now() WHERE id = $1`,
         [id],
       );
-      return true;
+      return rows[0].tool;
     });
+    if (tool === undefined) return false;
+    this.metrics.countJobOutcome(tool, 'complete');
     // The inputs are people's photos: kept no longer than the job needs them.
-    if (completed) await this.inputs.deleteFolder(id);
-    return completed;
+    await this.inputs.deleteFolder(id);
+    return true;
   }
 
   /** `message` is what the client reads in `error.message`: plain words, nothing from inside the machine. */
@@ -47,10 +51,11 @@ export class JobOutcomes {
     const [rows] = (await this.dataSource.query(
       `UPDATE history_items
           SET status = 'error', error_code = $2, error_message = $3, completed_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'pending' RETURNING id`,
+        WHERE id = $1 AND status = 'pending' RETURNING tool`,
       [id, code, message],
-    )) as [unknown[], number];
+    )) as [{ tool: string }[], number];
     if (rows.length === 0) return false;
+    this.metrics.countJobOutcome(rows[0].tool, code);
     await Promise.all([this.inputs.deleteFolder(id), this.media.deleteFolder(id)]);
     return true;
   }

@@ -85,11 +85,11 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
     for (const { id } of pending) {
       const job = await this.queue.getJob(id);
       const state = job ? await job.getState() : undefined;
-      if (state === 'failed') {
-        // The job gave up but its item never heard: finish it here.
-        await this.outcomes.fail(id, 'engine_failed', 'The job could not be processed.');
-      } else if (state === undefined || state === 'completed') {
-        // Gone from Redis (lost, evicted, or finished without its row being updated): queue it again.
+      // Gone from Redis (lost, evicted), or ended without its row being updated: queue it again. A failed job whose
+      // item is still pending could not write its outcome, so the database was down at its last attempt, and its
+      // attempts may all have failed on the database rather than the engine: ending it as engine_failed would blame
+      // the engine for an outage. Run again, a job whose engine really fails ends as error; JOB_DEADLINE_MS bounds it.
+      if (state === undefined || state === 'completed' || state === 'failed') {
         await job?.remove();
         await this.queue.add(GENERATE_JOB, { historyItemId: id }, generateJobOptions(this.config, id));
         count++;

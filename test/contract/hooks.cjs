@@ -17,6 +17,8 @@
 // Inputs (environment): CONTRACT_BASE_URL, CONTRACT_API_KEY (user 1), CONTRACT_OTHER_API_KEY (user 2, for 404s on
 // user 1's items), CONTRACT_ERROR_ITEM_ID (an item of user 1 seeded with status `error`, for 409 not_complete),
 // optional CONTRACT_JOB_TIMEOUT_MS (how long to wait for a job to complete, default 60000).
+// The service must believe one proxy's X-Forwarded-For (TRUST_PROXY=1): the 429 transactions come from addresses
+// of their own that first use up their failed authentications, so the rest of the run is not refused.
 'use strict';
 
 const hooks = require('hooks');
@@ -65,10 +67,6 @@ const SKIP_NOT_PROVOKABLE = {
   'POST /generation/generate_image_v2/ 409':
     'cannot be provoked deterministically: idempotency_in_progress needs a second request with the same ' +
     'Idempotency-Key while the first is still being handled, a race that one sequential client cannot set up',
-  'POST /generation/generate_image_v2/ 429':
-    'cannot be provoked deterministically: the 60-a-minute budget is counted per calendar minute, so it can reset ' +
-    'between the creations that use it up and the checked request, and the 10-pending limit depends on how fast ' +
-    'the worker drains the queue',
   'POST /generation/generate_image_v2/ 503': UNAVAILABLE,
   'GET /user/generation-history 503': UNAVAILABLE,
   'GET /user/generation-history/{id} 503': UNAVAILABLE,
@@ -145,6 +143,31 @@ function setPath(transaction, path) {
 
 function useKey(transaction, key) {
   transaction.request.headers.Authorization = `Bearer ${key}`;
+}
+
+/** Documentation addresses (RFC 5737), one per 429 transaction. */
+let nextClientAddress = 1;
+
+/**
+ * Sends failed authentications from a fresh client address until the service refuses that address, and makes the
+ * transaction come from it too. The 429 of the per-user limits cannot be provoked deterministically (the
+ * creation budget is counted per calendar minute, the pending count depends on the worker); this one can, on
+ * every operation that needs a key.
+ */
+async function fromAddressOutOfAuthFailures(transaction) {
+  const address = `198.51.100.${nextClientAddress++}`;
+  for (let attempt = 0; attempt < 1000; attempt++) {
+    const response = await fetch(`${BASE_URL}/generation/tools`, {
+      headers: { Authorization: 'Bearer igs_contract-test-wrong-key', 'X-Forwarded-For': address },
+    });
+    await response.arrayBuffer();
+    if (response.status === 429) {
+      transaction.request.headers['X-Forwarded-For'] = address;
+      return;
+    }
+    if (response.status !== 401) throw new Error(`a wrong key from ${address} answered ${response.status}, not 401`);
+  }
+  throw new Error(`1000 failed authentications from ${address} were never refused with 429`);
 }
 
 function setJsonBody(transaction, value) {
@@ -362,6 +385,38 @@ hooks.beforeEachValidation((transaction) => {
 // Hooks per transaction, in the contract's (and Dredd's) order
 // ---------------------------------------------------------------------------------------------------------------
 
+// Every operation that needs a key: 429 once the client address used up its failed authentications, even with
+// user 1's valid key.
+const TOOLS = '/generation/tools > List available tools';
+const TYPES = '/generation/generationTypes > List the generation types of a tool';
+const CREATE = '/generation/generate_image_v2/ > Create a generation job';
+const LIST = "/user/generation-history > List the caller's history items";
+const READ = '/user/generation-history/{id} > Read one history item (poll a job)';
+const DELETE = '/user/generation-history/{id} > Delete a history item';
+const FEEDBACK = '/user/generation-history/feedback/{id} > Give feedback on a history item';
+const RATE_LIMITED_REQUESTS = {
+  [TOOLS]: () => {},
+  [TYPES]: (t) => setPath(t, '/generation/generationTypes?tool=default'),
+  [CREATE]: (t) => {
+    delete t.request.headers['Idempotency-Key'];
+    useMultipart(t, validJobParts());
+  },
+  [LIST]: () => {},
+  [READ]: (t) => setPath(t, `/user/generation-history/${requireItem()}`),
+  [DELETE]: (t) => setPath(t, `/user/generation-history/${requireItem()}`),
+  [FEEDBACK]: (t) => {
+    setPath(t, `/user/generation-history/feedback/${requireItem()}`);
+    setJsonBody(t, { like: true });
+  },
+};
+for (const [operation, prepare] of Object.entries(RATE_LIMITED_REQUESTS)) {
+  on('before', `${operation} > 429 > application/problem+json`, async (t) => {
+    prepare(t);
+    await fromAddressOutOfAuthFailures(t);
+  });
+  expectProblemCode(`${operation} > 429 > application/problem+json`, 'rate_limited');
+}
+
 // GET /generation/generationTypes
 on('before', '/generation/generationTypes > List the generation types of a tool > 400 > application/problem+json', (t) =>
   setPath(t, '/generation/generationTypes'),
@@ -373,7 +428,6 @@ on('before', '/generation/generationTypes > List the generation types of a tool 
 expectProblemCode('/generation/generationTypes > List the generation types of a tool > 404 > application/problem+json', 'not_found');
 
 // POST /generation/generate_image_v2/ (Dredd would send an empty multipart body: every transaction builds its own)
-const CREATE = '/generation/generate_image_v2/ > Create a generation job';
 on('before', `${CREATE} > 202 > application/json`, (t) => {
   useMultipart(t, validJobParts());
   t.request.headers['Idempotency-Key'] = randomUUID();
@@ -417,7 +471,6 @@ on('before', `${CREATE} > 422 > application/problem+json`, (t) => {
 expectProblemCode(`${CREATE} > 422 > application/problem+json`, 'unknown_tool');
 
 // GET /user/generation-history (all of user 1's items: the job above and the seeded error item)
-const LIST = "/user/generation-history > List the caller's history items";
 on('before', `${LIST} > 200 > application/json`, (t) => setPath(t, '/user/generation-history?page=1&limit=20'));
 on('beforeValidation', `${LIST} > 200 > application/json`, (t) => {
   const ids = realJson(t).items.map((item) => item.history_item_id);
@@ -429,7 +482,6 @@ on('before', `${LIST} > 400 > application/problem+json`, (t) => setPath(t, '/use
 expectProblemCode(`${LIST} > 400 > application/problem+json`, 'validation_failed');
 
 // GET /user/generation-history/{id}
-const READ = '/user/generation-history/{id} > Read one history item (poll a job)';
 on('before', `${READ} > 200 > application/json`, (t) => setPath(t, `/user/generation-history/${requireItem()}`));
 on('before', `${READ} > 400 > application/problem+json`, (t) => setPath(t, '/user/generation-history/not-a-uuid'));
 expectProblemCode(`${READ} > 400 > application/problem+json`, 'validation_failed');
@@ -441,7 +493,6 @@ on('before', `${READ} > 404 > application/problem+json`, (t) => {
 expectProblemCode(`${READ} > 404 > application/problem+json`, 'not_found');
 
 // DELETE /user/generation-history/{id} (204 deletes a job of its own, so user 1's item lives on for feedback)
-const DELETE = '/user/generation-history/{id} > Delete a history item';
 on('before', `${DELETE} > 204`, async (t) => setPath(t, `/user/generation-history/${await createJob()}`));
 on('before', `${DELETE} > 400 > application/problem+json`, (t) => setPath(t, '/user/generation-history/not-a-uuid'));
 expectProblemCode(`${DELETE} > 400 > application/problem+json`, 'validation_failed');
@@ -453,7 +504,6 @@ on('before', `${DELETE} > 404 > application/problem+json`, (t) => {
 expectProblemCode(`${DELETE} > 404 > application/problem+json`, 'not_found');
 
 // PATCH /user/generation-history/feedback/{id}
-const FEEDBACK = '/user/generation-history/feedback/{id} > Give feedback on a history item';
 on('before', `${FEEDBACK} > 200 > application/json`, async (t) => {
   await itemComplete(); // feedback is accepted on complete items only
   setPath(t, `/user/generation-history/feedback/${requireItem()}`);
@@ -470,6 +520,11 @@ expectProblemCode(`${FEEDBACK} > 400 > application/problem+json`, 'validation_fa
 on('before', `${FEEDBACK} > 401 > application/problem+json`, (t) =>
   setPath(t, `/user/generation-history/feedback/${requireItem()}`),
 );
+on('before', `${FEEDBACK} > 413 > application/problem+json`, (t) => {
+  setPath(t, `/user/generation-history/feedback/${requireItem()}`);
+  setJsonBody(t, { like: true, padding: 'x'.repeat(200 * 1024) }); // over the documented 100 KB
+});
+expectProblemCode(`${FEEDBACK} > 413 > application/problem+json`, 'payload_too_large');
 on('before', `${FEEDBACK} > 404 > application/problem+json`, (t) => {
   setPath(t, `/user/generation-history/feedback/${requireItem()}`);
   useKey(t, OTHER_API_KEY);
@@ -510,6 +565,10 @@ for (const [contentType, file] of [
     t.expected.body = t.real.body; // the bytes were checked above; Dredd would diff them against an empty example
   });
 }
+on('before', `${MEDIA} > 400 > application/problem+json`, (t) => {
+  setPath(t, '/media/%E0%A4%A/preview.webp'); // a cut-off UTF-8 sequence: not valid percent-encoding
+});
+expectProblemCode(`${MEDIA} > 400 > application/problem+json`, 'bad_request');
 on('before', `${MEDIA} > 404 > application/problem+json`, (t) => {
   setPath(t, `/media/${randomUUID()}/preview.webp`);
 });

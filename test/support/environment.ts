@@ -20,26 +20,34 @@ export interface TestEnvironment {
   dispose(): Promise<void>;
 }
 
-export async function createTestEnvironment(): Promise<TestEnvironment> {
+/** Servers to use instead of the shared ones, e.g. private instances a fault test takes down. */
+export interface EnvironmentServers {
+  adminDatabaseUrl?: string;
+  redisUrl?: string;
+}
+
+export async function createTestEnvironment(servers: EnvironmentServers = {}): Promise<TestEnvironment> {
+  const adminUrl = servers.adminDatabaseUrl ?? ADMIN_URL;
+  const redisUrl = servers.redisUrl ?? REDIS_URL;
   const name = `igs_test_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: ADMIN_URL });
+  const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   try {
     await admin.query(`CREATE DATABASE ${name}`);
   } finally {
     await admin.end();
   }
-  const databaseUrl = new URL(ADMIN_URL);
+  const databaseUrl = new URL(adminUrl);
   databaseUrl.pathname = `/${name}`;
   const dataDir = await mkdtemp(join(tmpdir(), `${name}-`));
   const env: TestEnvironment = {
     databaseUrl: databaseUrl.toString(),
-    redisUrl: REDIS_URL,
+    redisUrl,
     redisPrefix: name,
     dataDir,
     serviceEnv: {
       DATABASE_URL: databaseUrl.toString(),
-      REDIS_URL,
+      REDIS_URL: redisUrl,
       REDIS_PREFIX: name,
       MEDIA_ROOT: join(dataDir, 'media'),
       INPUT_ROOT: join(dataDir, 'inputs'),
@@ -47,8 +55,8 @@ export async function createTestEnvironment(): Promise<TestEnvironment> {
       LOG_LEVEL: 'warn',
     },
     async dispose() {
-      await deleteRedisNamespace(name);
-      const cleanup = new pg.Client({ connectionString: ADMIN_URL });
+      await deleteRedisNamespace(redisUrl, name);
+      const cleanup = new pg.Client({ connectionString: adminUrl });
       await cleanup.connect();
       try {
         await cleanup.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
@@ -61,8 +69,8 @@ export async function createTestEnvironment(): Promise<TestEnvironment> {
   return env;
 }
 
-async function deleteRedisNamespace(prefix: string): Promise<void> {
-  const redis = new Redis(REDIS_URL);
+async function deleteRedisNamespace(redisUrl: string, prefix: string): Promise<void> {
+  const redis = new Redis(redisUrl);
   try {
     let cursor = '0';
     do {

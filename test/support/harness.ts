@@ -4,10 +4,10 @@ import { join } from 'node:path';
 import Bull from 'bull';
 import pg from 'pg';
 import sharp from 'sharp';
-import type { TestEnvironment } from '../support/environment.js';
-import type { FakeCog } from '../support/fake-cog.js';
-import { type HistoryItemBody, makeImage, postJob, waitForFinal } from '../support/jobs.js';
-import { createUserWithKey, type RunningService, startService } from '../support/service.js';
+import type { TestEnvironment } from './environment.js';
+import type { FakeCog } from './fake-cog.js';
+import { type HistoryItemBody, makeImage, postJob, waitForFinal } from './jobs.js';
+import { createUserWithKey, type RunningService, startService } from './service.js';
 
 /**
  * Short locks, checks and sweeps so that recovery paths (stalled jobs, retries, the reconciler) run within a
@@ -196,7 +196,10 @@ export async function expectCompleteWithOutputs(baseUrl: string, item: HistoryIt
   return { stock: stock.data, preview: preview.data };
 }
 
-/** A failed item leaves nothing: no output paths, media paths answering 404, no stored inputs, no media folder. */
+/**
+ * A failed item leaves nothing: no output paths, media paths answering 404, no stored inputs, no media folder. It
+ * says when it failed (`completed_at` is the time of the final status, `complete` or `error`, in the contract).
+ */
 export async function expectFailedLeavingNothing(
   env: TestEnvironment,
   baseUrl: string,
@@ -210,7 +213,7 @@ export async function expectFailedLeavingNothing(
     preview_url: null,
     stock_url: null,
     output_url: null,
-    completed_at: null,
+    completed_at: expect.any(String),
   });
   await expectNoMedia(env, baseUrl, id);
   expect(await pathExists(inputFolder(env, id))).toBe(false);

@@ -14,7 +14,7 @@ import {
   Processes,
   submit,
   uniqueImage,
-} from './harness.js';
+} from '../support/harness.js';
 
 /** Long enough to delete the item while the engine works on it. */
 const ENGINE_MS = 2500;

@@ -18,7 +18,7 @@ import {
   Processes,
   submit,
   uniqueImage,
-} from './harness.js';
+} from '../support/harness.js';
 
 const JOBS = 20;
 

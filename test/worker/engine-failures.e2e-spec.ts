@@ -18,7 +18,7 @@ import {
   Processes,
   submit,
   uniqueImage,
-} from './harness.js';
+} from '../support/harness.js';
 
 const ATTEMPTS = 3;
 /** Short, so a hanging engine uses up its attempts quickly. */

@@ -15,7 +15,7 @@ import {
   submit,
   uniqueImage,
   waitUntil,
-} from './harness.js';
+} from '../support/harness.js';
 
 const ENGINE_MS = 1500;
 const CONCURRENCY = 3;

@@ -14,7 +14,7 @@ import {
   Processes,
   submit,
   uniqueImage,
-} from './harness.js';
+} from '../support/harness.js';
 
 /** Long enough to kill the worker while the engine is busy with the job. */
 const ENGINE_MS = 3000;

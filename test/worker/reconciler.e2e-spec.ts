@@ -22,7 +22,7 @@ import {
   submit,
   TOOL,
   uniqueImage,
-} from './harness.js';
+} from '../support/harness.js';
 
 const DEADLINE_MS = 60_000;
 /**

@@ -16,7 +16,7 @@ import {
   TOOL,
   uniqueImage,
   waitUntil,
-} from './harness.js';
+} from '../support/harness.js';
 
 /** API.md: 503 "database or queue unavailable" is an answer, not a hang; the brief puts it under 2 s. */
 const UNAVAILABLE_ANSWER_MS = 2000;

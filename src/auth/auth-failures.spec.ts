@@ -1,0 +1,89 @@
+import type { Redis } from 'ioredis';
+import { DomainError } from '../common/problem.js';
+import { AppConfig } from '../config/config.js';
+import { AuthFailureLimit, clientOf } from './auth-failures.js';
+
+/** A Redis whose MULTI answers `results` (or fails with `error`), recording the commands it was given. */
+function fakeRedis(outcome: { results?: [Error | null, unknown][]; error?: Error }) {
+  const commands: unknown[][] = [];
+  const transaction = new Proxy(
+    {},
+    {
+      get: (_target, name: string) =>
+        name === 'exec'
+          ? async () => {
+              if (outcome.error) throw outcome.error;
+              return outcome.results ?? [];
+            }
+          : (...args: unknown[]) => {
+              commands.push([name, ...args]);
+              return transaction;
+            },
+    },
+  );
+  return { redis: { multi: () => transaction } as unknown as Redis, commands };
+}
+
+const config = new AppConfig({ AUTH_FAILURES_PER_MINUTE: '3' });
+
+describe('AuthFailureLimit', () => {
+  it('lets a client with failures left through', async () => {
+    const { redis } = fakeRedis({ results: [[null, '2'], [null, 30_000]] });
+    const sut = new AuthFailureLimit(redis, config);
+
+    await expect(sut.assertAllowed('203.0.113.7')).resolves.toBeUndefined();
+  });
+
+  it('refuses a client out of failures with 429 rate_limited and the seconds left in its minute', async () => {
+    const { redis } = fakeRedis({ results: [[null, '3'], [null, 41_200]] });
+    const sut = new AuthFailureLimit(redis, config);
+
+    const refusal = await sut.assertAllowed('203.0.113.7').catch((error: unknown) => error);
+
+    expect(refusal).toBeInstanceOf(DomainError);
+    expect((refusal as DomainError).code).toBe('rate_limited');
+    expect((refusal as DomainError).status).toBe(429);
+    expect((refusal as DomainError).options.headers).toEqual({ 'Retry-After': '42' });
+  });
+
+  it('counts a failure in a window opened by the first one', async () => {
+    const { redis, commands } = fakeRedis({ results: [] });
+    const sut = new AuthFailureLimit(redis, config);
+
+    await sut.recordFailure('::ffff:203.0.113.7');
+
+    expect(commands).toEqual([
+      ['set', 'auth:failures:203.0.113.7', 0, 'PX', 60_000, 'NX'],
+      ['incr', 'auth:failures:203.0.113.7'],
+    ]);
+  });
+
+  it('lets requests through and counts nothing while Redis is down', async () => {
+    const { redis } = fakeRedis({ error: new Error("Stream isn't writeable and enableOfflineQueue options is false") });
+    const sut = new AuthFailureLimit(redis, config);
+
+    await expect(sut.recordFailure('203.0.113.7')).resolves.toBeUndefined();
+    await expect(sut.assertAllowed('203.0.113.7')).resolves.toBeUndefined();
+  });
+});
+
+describe('clientOf', () => {
+  it.each([
+    ['an IPv4 address as it is', '203.0.113.7', '203.0.113.7'],
+    ['an IPv4-mapped IPv6 address as its IPv4 address', '::ffff:203.0.113.7', '203.0.113.7'],
+    ['an IPv6 address as its /64', '2001:db8:1:2:aaaa:bbbb:cccc:dddd', '2001:db8:1:2::/64'],
+    ['a compressed IPv6 address as its /64', '2001:db8::1', '2001:db8:0:0::/64'],
+    ['an IPv6 address compressed inside its /64', '2001:db8::5:0:0:1', '2001:db8:0:0::/64'],
+    ['the IPv6 loopback', '::1', '0:0:0:0::/64'],
+    ['upper case and leading zeros alike', '2001:0DB8:0001:0002::1', '2001:db8:1:2::/64'],
+    ['a link-local address without its zone', 'fe80::1%eth0', 'fe80:0:0:0::/64'],
+    ['anything else as it is', 'unknown', 'unknown'],
+  ])('counts %s', (_case, ip, expected) => {
+    expect(clientOf(ip)).toBe(expected);
+  });
+
+  it('puts every address of one /64 together and other /64s apart', () => {
+    expect(clientOf('2001:db8:1:2::a')).toBe(clientOf('2001:db8:1:2:ffff::b'));
+    expect(clientOf('2001:db8:1:2::a')).not.toBe(clientOf('2001:db8:1:3::a'));
+  });
+});

@@ -1,0 +1,90 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { CorsOptions } from '@nestjs/common/interfaces/external/cors-options.interface.js';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import helmet from 'helmet';
+import type { AppConfig } from '../config/config.js';
+
+/** Where Swagger UI is served (main.ts); the only HTML page of the service. */
+export const DOCS_ROUTE = 'docs';
+
+type Middleware = (request: IncomingMessage, response: ServerResponse, next: (error?: unknown) => void) => void;
+
+/**
+ * The API answers JSON and images: nothing it sends may run script, load anything or be framed. `base-uri`,
+ * `form-action` and `frame-ancestors` do not fall back to `default-src`, so they are named too.
+ */
+const API_POLICY = {
+  'default-src': ["'none'"],
+  'base-uri': ["'none'"],
+  'form-action': ["'none'"],
+  'frame-ancestors': ["'none'"],
+};
+
+/**
+ * Swagger UI loads its scripts and stylesheet from the service itself and needs no inline or eval'd script.
+ * Its page has inline `<style>` blocks and style attributes, its stylesheet data: images, and it previews image
+ * responses of "Try it out" through blob: URLs. No `upgrade-insecure-requests` (Helmet's default): on a plain
+ * HTTP deployment it would send the page's own assets to an https:// port that does not answer.
+ */
+const DOCS_POLICY = {
+  'default-src': ["'self'"],
+  'style-src': ["'self'", "'unsafe-inline'"],
+  'img-src': ["'self'", 'data:', 'blob:'],
+  'object-src': ["'none'"],
+  'base-uri': ["'none'"],
+  'form-action': ["'self'"],
+  'frame-ancestors': ["'none'"],
+};
+
+/**
+ * Helmet's headers (nosniff, HSTS, Referrer-Policy, ...) on every response, with a Content-Security-Policy
+ * per kind of content. Media may be embedded by frontends on other origins (`<img>` is a no-cors request,
+ * which `Cross-Origin-Resource-Policy: same-origin` would block).
+ */
+function securityHeaders(): Middleware {
+  const common = { xFrameOptions: { action: 'deny' as const } };
+  const api = helmet({ ...common, contentSecurityPolicy: { useDefaults: false, directives: API_POLICY } });
+  const docs = helmet({ ...common, contentSecurityPolicy: { useDefaults: false, directives: DOCS_POLICY } });
+  const media = helmet({
+    ...common,
+    contentSecurityPolicy: { useDefaults: false, directives: API_POLICY },
+    crossOriginResourcePolicy: { policy: 'cross-origin' },
+  });
+  return (request, response, next) => {
+    const path = (request.url ?? '').split('?')[0];
+    if (path === `/${DOCS_ROUTE}` || path.startsWith(`/${DOCS_ROUTE}/`)) return docs(request, response, next);
+    if (path.startsWith('/media/')) return media(request, response, next);
+    return api(request, response, next);
+  };
+}
+
+/**
+ * CORS for the browser frontends named in CORS_ORIGINS, exact origins only; none named: undefined, and no
+ * response carries a CORS header. Keys travel in `Authorization`, never in cookies, so credentialed
+ * requests stay off.
+ */
+function corsOptions(origins: readonly string[]): CorsOptions | undefined {
+  if (origins.length === 0) return undefined;
+  return {
+    origin: [...origins],
+    methods: ['GET', 'POST', 'PATCH', 'DELETE'],
+    // X-Request-Id: the service keeps a client's own id, so a frontend can follow one request into the logs.
+    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'X-Request-Id'],
+    exposedHeaders: ['Location', 'Retry-After', 'X-Request-Id'],
+    credentials: false,
+    maxAge: 600,
+  };
+}
+
+/**
+ * Everything about HTTP that is not a route: which address a request comes from, security headers, CORS, and
+ * how long an idle connection may stay open. Called before any other middleware but the request id.
+ */
+export function hardenHttp(app: NestExpressApplication, config: AppConfig): void {
+  app.set('trust proxy', config.trustProxyHops);
+  app.use(securityHeaders());
+  const cors = corsOptions(config.corsOrigins);
+  if (cors) app.enableCors(cors);
+  // Node's own limit on receiving a request is 5 minutes; a client that sends nothing at all is cut off sooner.
+  app.getHttpServer().setTimeout(config.httpIdleTimeoutMs);
+}

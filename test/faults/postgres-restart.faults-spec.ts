@@ -1,0 +1,154 @@
+import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { type FakeCog, sha256, startFakeCog } from '../support/fake-cog.js';
+import {
+  cogEngine,
+  createUser,
+  expectCompleteWithOutputs,
+  final,
+  getItem,
+  Processes,
+  submit,
+  TOOL,
+  uniqueImage,
+  waitUntil,
+} from '../support/harness.js';
+import { postJob } from '../support/jobs.js';
+import type { RunningService } from '../support/service.js';
+import { type Answer, expectUnavailableProblem, millisSince, percentile, report, tally, timed } from './observe.js';
+import { type PrivateServer, startPrivatePostgres } from './private-servers.js';
+
+/** "Never a hang": every request is answered within this long while the database is down. */
+const ANSWER_MS = 5000;
+const DOWN_MS = 4000;
+const CLIENTS = 3;
+const PAUSE_MS = 100;
+/** Jobs still in the engine when the database goes away: they finish during the outage. */
+const IN_FLIGHT_ENGINE_MS = 1500;
+
+describe('PostgreSQL restarted under a running service', () => {
+  let postgres: PrivateServer & { initdbMs: number };
+  let env: TestEnvironment;
+  let processes: Processes;
+  let fake: FakeCog;
+  let api: RunningService;
+  let worker: RunningService;
+  let key: string;
+  const slow = new Set<string>();
+
+  beforeAll(async () => {
+    postgres = await startPrivatePostgres();
+    env = await createTestEnvironment({ adminDatabaseUrl: postgres.url });
+    processes = new Processes(env);
+    fake = await startFakeCog((request) => ({
+      kind: 'succeed',
+      delayMs: slow.has(Object.values(request.images)[0]) ? IN_FLIGHT_ENGINE_MS : 50,
+    }));
+    const settings = { ...cogEngine(fake), LIMIT_MAX_PENDING: '1000', LIMIT_CREATIONS_PER_MINUTE: '1000' };
+    [api, worker] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);
+    ({ key } = await createUser(env));
+  }, 60_000);
+
+  afterAll(async () => {
+    await processes?.stopAll();
+    await fake?.close();
+    await env?.dispose();
+    await postgres?.dispose();
+  }, 60_000);
+
+  it('answers 503 problem+json in time while it is down, and recovers without a restart', async () => {
+    const before = await submit(api.baseUrl, key, await uniqueImage());
+    await expectCompleteWithOutputs(api.baseUrl, await final(api.baseUrl, key, before));
+    const inFlightImages = await Promise.all([uniqueImage(), uniqueImage()]);
+    for (const clothes of inFlightImages) slow.add(sha256(clothes));
+    const inFlight = await Promise.all(inFlightImages.map((clothes) => submit(api.baseUrl, key, clothes)));
+    await fake.waitFor((f) => f.inFlight().length === inFlightImages.length, 'both slow jobs to be in the engine');
+
+    const started = performance.now();
+    await postgres.stop();
+    const downAt = millisSince(started);
+    const answers: Answer[] = [];
+    const bearer = { Authorization: `Bearer ${key}` };
+    const requests: [string, () => Promise<Response>][] = [
+      ['GET item', () => getItem(api.baseUrl, key, before)],
+      ['GET list', () => fetch(`${api.baseUrl}/user/generation-history?limit=5`, { headers: bearer })],
+      [
+        'POST job',
+        async () =>
+          postJob(api.baseUrl, key, {
+            tool: TOOL,
+            clothes: { data: await uniqueImage(), filename: 'c.png', contentType: 'image/png' },
+          }),
+      ],
+      [
+        'PATCH feedback',
+        () =>
+          fetch(`${api.baseUrl}/user/generation-history/feedback/${before}`, {
+            method: 'PATCH',
+            headers: { ...bearer, 'Content-Type': 'application/json' },
+            body: '{"like":true}',
+          }),
+      ],
+      ['GET ready', () => fetch(`${api.baseUrl}/health/ready`)],
+      ['GET live', () => fetch(`${api.baseUrl}/health/live`)],
+    ];
+    let stop = false;
+    const client = async (offset: number) => {
+      for (let i = offset; !stop; i++) {
+        const [what, send] = requests[i % requests.length];
+        answers.push(await timed(what, started, send));
+        await new Promise((resolve) => setTimeout(resolve, PAUSE_MS));
+      }
+    };
+    const clients = Array.from({ length: CLIENTS }, (_, index) => client(index * 2));
+    await new Promise((resolve) => setTimeout(resolve, DOWN_MS));
+    stop = true;
+    await Promise.all(clients);
+    const upStartedAt = millisSince(started);
+    await postgres.start();
+    const upAt = millisSince(started);
+
+    // Recovered without a restart: reads, then a new job end to end, on the same processes.
+    await waitUntil(async () => (await getItem(api.baseUrl, key, before)).status === 200, 'reads to work again');
+    const readsBackAt = millisSince(started);
+    const after = await submit(api.baseUrl, key, await uniqueImage());
+    const afterItem = await final(api.baseUrl, key, after);
+    const jobDoneAt = millisSince(started);
+    // The jobs that were in the engine could not record their result while the database was down; the reconciler
+    // runs them again once they are older than its 10 s grace (src/worker/reconciler.ts).
+    const inFlightItems = await Promise.all(inFlight.map((id) => final(api.baseUrl, key, id)));
+    const inFlightDoneAt = millisSince(started);
+    const list = await fetch(`${api.baseUrl}/user/generation-history?limit=100`, { headers: bearer });
+
+    const apiAnswers = answers.filter((a) => a.what !== 'GET live' && a.what !== 'GET ready');
+    const answerMs = answers.map((a) => a.ms);
+    report('PostgreSQL restart', {
+      'initdb (ms)': postgres.initdbMs,
+      'down at / restart began at / back at (ms)': `${downAt} / ${upStartedAt} / ${upAt}`,
+      answers: tally(answers),
+      'answer ms p50 / p99 / max': [percentile(answerMs, 50), percentile(answerMs, 99), Math.max(...answerMs)],
+      'reads answered again at (ms)': readsBackAt,
+      'new job complete at (ms)': jobDoneAt,
+      'jobs in the engine at the outage ended as': inFlightItems.map((item) => item.error?.code ?? item.status),
+      'and were final at (ms)': inFlightDoneAt,
+      'API / worker still the same process': `${api.process.exitCode === null} / ${worker.process.exitCode === null}`,
+    });
+
+    for (const { what, ms } of answers) {
+      expect({ what, answeredInTime: ms < ANSWER_MS }).toEqual({ what, answeredInTime: true });
+    }
+    expect(answers.filter((a) => a.status === 500 || a.status === 0)).toEqual([]);
+    for (const answer of apiAnswers) expectUnavailableProblem(answer);
+    for (const answer of answers.filter((a) => a.what === 'GET ready')) expect(answer.status).toBe(503);
+    for (const answer of answers.filter((a) => a.what === 'GET live')) expect(answer.status).toBe(200);
+    expect(apiAnswers.length).toBeGreaterThan(CLIENTS);
+
+    await expectCompleteWithOutputs(api.baseUrl, afterItem);
+    for (const item of inFlightItems) await expectCompleteWithOutputs(api.baseUrl, item);
+    expect(list.status).toBe(200);
+    expect(((await list.json()) as { total: number }).total).toBe(2 + inFlight.length);
+    expect((await fetch(`${api.baseUrl}/health/ready`)).status).toBe(200);
+    expect(api.process.exitCode).toBeNull();
+    expect(worker.process.exitCode).toBeNull();
+    expect(api.output()).not.toMatch(/"level":60/);
+  }, 120_000);
+});

@@ -1,0 +1,160 @@
+import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
+import {
+  cogEngine,
+  createUser,
+  listDir,
+  Processes,
+  query,
+  TOOL,
+  uniqueImage,
+  waitUntil,
+} from '../support/harness.js';
+import { postJob } from '../support/jobs.js';
+import type { RunningService } from '../support/service.js';
+import {
+  type Answer,
+  expectUnavailableProblem,
+  millisSince,
+  percentile,
+  report,
+  statusCounts,
+  tally,
+  timed,
+} from './observe.js';
+import { type PrivateServer, startPrivateRedis } from './private-servers.js';
+
+/** The issue this test answers for: a client told to come back later is told so within 2 s. */
+const UNAVAILABLE_ANSWER_MS = 2000;
+const SUBMITTERS = 4;
+/**
+ * Slower than the submitters, so a backlog of queued jobs builds up: the restart wipes it, and only the reconciler
+ * can bring those jobs back.
+ */
+const ENGINE_MS = 300;
+const CONCURRENCY = 2;
+/** Each submitter's pause between two requests. */
+const PAUSE_MS = 50;
+const BEFORE_MS = 1500;
+const DOWN_MS = 3000;
+const AFTER_MS = 2000;
+/**
+ * The reconciler leaves items younger than 10 s alone (src/worker/reconciler.ts), then queues again those whose
+ * job the restart wiped, within a sweep (RECONCILE_INTERVAL_MS): this is how long the last of them may take.
+ */
+const DRAIN_MS = 10_000 + 20_000;
+
+describe('Redis restarted (and come back empty) while clients submit jobs', () => {
+  let redis: PrivateServer;
+  let env: TestEnvironment;
+  let processes: Processes;
+  let fake: FakeCog;
+  let api: RunningService;
+  let worker: RunningService;
+  let key: string;
+
+  beforeAll(async () => {
+    redis = await startPrivateRedis();
+    env = await createTestEnvironment({ redisUrl: redis.url });
+    processes = new Processes(env);
+    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    const settings = {
+      ...cogEngine(fake),
+      WORKER_CONCURRENCY: String(CONCURRENCY),
+      LIMIT_MAX_PENDING: '1000',
+      LIMIT_CREATIONS_PER_MINUTE: '1000',
+    };
+    [api, worker] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);
+    ({ key } = await createUser(env));
+  }, 60_000);
+
+  afterAll(async () => {
+    await processes?.stopAll();
+    await fake?.close();
+    await env?.dispose();
+    await redis?.dispose();
+  }, 60_000);
+
+  it('answers 503 with Retry-After in time during the outage, and completes every accepted job after it', async () => {
+    const started = performance.now();
+    const answers: Answer[] = [];
+    const accepted: { id: string; clothes: Buffer; sentAt: number }[] = [];
+    let stop = false;
+    const submitter = async () => {
+      while (!stop) {
+        const clothes = await uniqueImage();
+        const fields = { tool: TOOL, clothes: { data: clothes, filename: 'c.png', contentType: 'image/png' } };
+        const answer = await timed('POST job', started, () => postJob(api.baseUrl, key, fields));
+        answers.push(answer);
+        if (answer.status === 202) {
+          const { history_item_id: id } = JSON.parse(answer.body) as { history_item_id: string };
+          accepted.push({ id, clothes, sentAt: answer.sentAt });
+        }
+        await new Promise((resolve) => setTimeout(resolve, PAUSE_MS));
+      }
+    };
+    const clients = Array.from({ length: SUBMITTERS }, submitter);
+
+    await new Promise((resolve) => setTimeout(resolve, BEFORE_MS));
+    await redis.stop();
+    const downAt = millisSince(started);
+    await new Promise((resolve) => setTimeout(resolve, DOWN_MS));
+    const upStartedAt = millisSince(started);
+    await redis.start();
+    const upAt = millisSince(started);
+    const engineCallsBeforeUp = fake.requests.length;
+    await new Promise((resolve) => setTimeout(resolve, AFTER_MS));
+    stop = true;
+    await Promise.all(clients);
+    const lastAnsweredAt = millisSince(started);
+
+    await waitUntil(async () => (await statusCounts(env)).pending === undefined, 'no item to be pending', DRAIN_MS);
+    const drainedAt = millisSince(started);
+
+    const duringOutage = answers.filter((a) => a.sentAt > downAt && a.sentAt < upStartedAt);
+    const refused = answers.filter((a) => a.status === 503);
+    const refusedMs = refused.map((a) => a.ms);
+    const afterUp = answers.filter((a) => a.sentAt >= upAt);
+    const firstAcceptedAfterUp = afterUp.find((a) => a.status === 202);
+    // Accepted before the outage, never run before it: their queued job was lost with Redis's data.
+    const requeued = accepted.filter(
+      ({ clothes, sentAt }) => sentAt < downAt && (fake.requestsFor(clothes)[0]?.seq ?? 0) > engineCallsBeforeUp,
+    );
+    const rows = await query<{ id: string; status: string }>(env, 'SELECT id, status FROM history_items');
+    report('Redis restart', {
+      'submitters / pause (ms)': `${SUBMITTERS} / ${PAUSE_MS}`,
+      'Redis down at / back at (ms)': `${downAt} / ${upAt}`,
+      answers: tally(answers),
+      'answers to requests sent while Redis was down': tally(duringOutage),
+      '503 answer ms p50 / p99 / max': [percentile(refusedMs, 50), percentile(refusedMs, 99), Math.max(...refusedMs)],
+      'all answers max ms': Math.max(...answers.map((a) => a.ms)),
+      'first 202 after Redis was back (ms after)': firstAcceptedAfterUp ? firstAcceptedAfterUp.sentAt - upAt : 'none',
+      'accepted jobs': accepted.length,
+      'accepted before the outage, queued again by the reconciler': requeued.length,
+      'rows in the database': rows.length,
+      'last answer at (ms)': lastAnsweredAt,
+      'nothing pending at (ms)': drainedAt,
+      'engine calls': fake.requests.length,
+      'worker still the same process': worker.process.exitCode === null,
+      'API errors logged (unhandled)': api.output().split('\n').filter((line) => line.includes('unhandled error')),
+    });
+
+    expect(answers.filter((a) => a.status !== 202 && a.status !== 503)).toEqual([]);
+    expect(duringOutage.length).toBeGreaterThan(SUBMITTERS);
+    // Every request sent while Redis was down, and every other 503 (requests caught by the crash), in time.
+    for (const answer of new Set([...duringOutage, ...refused])) {
+      expectUnavailableProblem(answer);
+      const { sentAt, ms } = answer;
+      expect({ sentAt, answeredInTime: ms < UNAVAILABLE_ANSWER_MS }).toEqual({ sentAt, answeredInTime: true });
+    }
+    expect(firstAcceptedAfterUp).toBeDefined();
+    // Every accepted job, and nothing else, is in the database, and each ended complete.
+    expect(rows.map((row) => row.id).sort()).toEqual(accepted.map(({ id }) => id).sort());
+    expect(rows.filter((row) => row.status !== 'complete')).toEqual([]);
+    expect(await listDir(env.serviceEnv.INPUT_ROOT)).toEqual([]);
+    for (const { clothes } of accepted) expect(fake.requestsFor(clothes).length).toBeGreaterThanOrEqual(1);
+    expect(requeued.length).toBeGreaterThan(0);
+    expect(api.process.exitCode).toBeNull();
+    expect(worker.process.exitCode).toBeNull();
+  }, 120_000);
+});

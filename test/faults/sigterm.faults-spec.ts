@@ -1,0 +1,113 @@
+import type Bull from 'bull';
+import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
+import {
+  cogEngine,
+  createUser,
+  expectCompleteWithOutputs,
+  final,
+  listDir,
+  mediaFolder,
+  openQueue,
+  Processes,
+  submit,
+  uniqueImage,
+  waitUntil,
+} from '../support/harness.js';
+import type { RunningService } from '../support/service.js';
+import { millisSince, recordStalls, report, statusCounts } from './observe.js';
+
+const JOBS = 30;
+const CONCURRENCY = 4;
+/** Long enough that SIGTERM reliably lands while every slot has a job in the engine. */
+const ENGINE_MS = 1000;
+
+describe('SIGTERM to a worker while jobs run and more wait', () => {
+  let env: TestEnvironment;
+  let processes: Processes;
+  let fake: FakeCog;
+  let api: RunningService;
+  let queue: Bull.Queue;
+  let key: string;
+  let stalled: string[];
+
+  const settings = (): Record<string, string> => ({
+    ...cogEngine(fake),
+    WORKER_CONCURRENCY: String(CONCURRENCY),
+    // Far more than the running jobs need: the worker is to wait for them, not give up on them.
+    SHUTDOWN_TIMEOUT_MS: '30000',
+    LIMIT_MAX_PENDING: '1000',
+    LIMIT_CREATIONS_PER_MINUTE: '1000',
+  });
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    processes = new Processes(env);
+    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    api = await processes.start('api', settings());
+    queue = openQueue(env);
+    stalled = await recordStalls(queue);
+    ({ key } = await createUser(env));
+  }, 60_000);
+
+  afterAll(async () => {
+    await queue?.close();
+    await processes?.stopAll();
+    await fake?.close();
+    await env?.dispose();
+  }, 60_000);
+
+  it('finishes the running jobs, exits 0, and leaves the waiting ones to the next worker; none stalls', async () => {
+    const images = await Promise.all(Array.from({ length: JOBS }, () => uniqueImage()));
+    const ids = await Promise.all(images.map((clothes) => submit(api.baseUrl, key, clothes)));
+    const sut = await processes.start('worker', settings());
+    // A few rounds done, a full round in the engine.
+    await fake.waitFor(
+      (f) => f.requests.filter((r) => r.answered).length >= CONCURRENCY && f.inFlight().length === CONCURRENCY,
+      'a full round of jobs in the engine after a first one',
+    );
+
+    const started = performance.now();
+    const runningAtSignal = fake.inFlight();
+    const callsAtSignal = fake.requests.length;
+    const code = await processes.stop(sut);
+    const exitMs = millisSince(started);
+    const callsByStopping = fake.requests.length - callsAtSignal;
+    const afterStop = await statusCounts(env);
+    const counts = await queue.getJobCounts();
+
+    await processes.start('worker', settings());
+    await waitUntil(async () => (await statusCounts(env)).pending === undefined, 'no item to be pending', 60_000);
+    const drainMs = millisSince(started);
+
+    report('SIGTERM', {
+      'jobs / worker concurrency / engine ms': `${JOBS} / ${CONCURRENCY} / ${ENGINE_MS}`,
+      'in the engine at SIGTERM': runningAtSignal.length,
+      'engine calls started after SIGTERM by the stopping worker': callsByStopping,
+      'exit code / ms from SIGTERM to exit': `${code} / ${exitMs}`,
+      'items after the exit': afterStop,
+      'queue after the exit': counts,
+      'all complete (ms from SIGTERM, with a new worker)': drainMs,
+      'engine calls in total': fake.requests.length,
+      'stalled jobs': stalled.length,
+    });
+
+    expect(code).toBe(0);
+    expect(sut.output()).not.toMatch(/"level":(50|60)/);
+    // The running jobs were waited for: answered, not cut, and they completed before the process went away.
+    expect(runningAtSignal.every((request) => request.answered && !request.aborted)).toBe(true);
+    expect(callsByStopping).toBe(0);
+    expect(afterStop.complete).toBeGreaterThanOrEqual(runningAtSignal.length + CONCURRENCY);
+    expect(counts).toMatchObject({ active: 0, failed: 0 });
+    expect(counts.waiting).toBe(JOBS - afterStop.complete);
+    // No job stalled or ran twice, and every one completed with its outputs.
+    expect(stalled).toEqual([]);
+    expect(fake.requests).toHaveLength(JOBS);
+    expect(fake.requests.every((request) => request.answered && !request.aborted)).toBe(true);
+    for (const clothes of images) expect(fake.requestsFor(clothes)).toHaveLength(1);
+    for (const id of ids) {
+      await expectCompleteWithOutputs(api.baseUrl, await final(api.baseUrl, key, id));
+      expect(await listDir(mediaFolder(env, id))).toEqual(['preview.webp', 'stock.jpg']);
+    }
+  }, 120_000);
+});
