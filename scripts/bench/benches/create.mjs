@@ -1,0 +1,105 @@
+/**
+ * create: job creation throughput of the API (ROLE=api, no worker) against a bare node:http + busboy server
+ * that reads the same multipart bodies to temporary files and runs sharp(file).metadata() on each.
+ * Same client, same bodies (fashion_swap, two ~1024x1024 JPEGs), same concurrency, same duration.
+ */
+import { join } from 'node:path';
+import {
+  createBenchEnv,
+  createUserWithKey,
+  describeLoad,
+  fmtMs,
+  log,
+  makePhoto,
+  multipartBody,
+  record,
+  request,
+  runLoad,
+  withCpu,
+} from '../lib.mjs';
+
+const CONCURRENCY = 16;
+const WARMUP_MS = 2_000;
+const DURATION_MS = 10_000;
+const SPREAD_MS = 6_000;
+const PATH = '/generation/generate_image_v2/';
+
+export const description = 'job creation req/s: service (ROLE=api) vs bare node:http + busboy + sharp.metadata()';
+
+export async function run() {
+  const [clothes, person] = await Promise.all([makePhoto('clothes', 1024, 1024), makePhoto('person', 1024, 1024)]);
+  const form = multipartBody({
+    tool: 'fashion_swap',
+    clothes: { data: clothes, filename: 'clothes.jpg' },
+    person: { data: person, filename: 'person.jpg' },
+  });
+  log(`  body: fashion_swap, clothes ${clothes.length} B + person ${person.length} B (1024x1024 JPEG), ${form.bytes} B in all`);
+  log(`  load: ${CONCURRENCY} keep-alive connections, ${WARMUP_MS / 1000} s warm-up + ${DURATION_MS / 1000} s measured, each`);
+
+  const env = await createBenchEnv('create');
+  try {
+    // --- the service
+    const service = await env.startService({
+      ROLE: 'api',
+      LIMIT_MAX_PENDING: '1000000',
+      LIMIT_CREATIONS_PER_MINUTE: '1000000',
+    });
+    const { authorization } = await createUserWithKey(env.databaseUrl);
+    const make = (base, headers) => () => ({
+      url: `${base}${PATH}`,
+      method: 'POST',
+      headers: { ...headers, 'Content-Type': form.contentType },
+      body: form.body,
+    });
+    const probe = await request(undefined, make(service.baseUrl, { Authorization: authorization })());
+    if (probe.status !== 202) throw new Error(`the service refused the job: ${probe.status} ${probe.body}`);
+
+    const serviceMake = make(service.baseUrl, { Authorization: authorization });
+    await runLoad({ make: serviceMake, concurrency: CONCURRENCY, durationMs: WARMUP_MS });
+    const [serviceResult, serviceCpu] = await withCpu(service.pid, () =>
+      runLoad({ make: serviceMake, concurrency: CONCURRENCY, durationMs: DURATION_MS }),
+    );
+    log(`  ${describeLoad('service ', serviceResult)}`);
+
+    // Informational: the same load spread over 16 users (one key per connection). Creations of one user
+    // are serialized by the pending-limit check, so this tells that lock apart from the per-request cost.
+    const keys = [];
+    for (let i = 0; i < CONCURRENCY; i++) keys.push((await createUserWithKey(env.databaseUrl)).authorization);
+    const manyMakers = keys.map((key) => make(service.baseUrl, { Authorization: key }));
+    const manyUsers = await runLoad({ make: (i) => manyMakers[i % keys.length](), concurrency: CONCURRENCY, durationMs: SPREAD_MS });
+    log(`  ${describeLoad(`service, ${CONCURRENCY} users`, manyUsers)}`);
+    await service.stop();
+
+    // --- the baseline
+    const baseline = await env.startScript(new URL('../baselines/upload-server.mjs', import.meta.url).pathname, {
+      TMP_DIR: join(env.dataDir, 'baseline-tmp'),
+    });
+    const baselineMake = make(baseline.baseUrl, {});
+    const probe2 = await request(undefined, baselineMake());
+    if (probe2.status !== 202) throw new Error(`the baseline refused the job: ${probe2.status} ${probe2.body}`);
+    await runLoad({ make: baselineMake, concurrency: CONCURRENCY, durationMs: WARMUP_MS });
+    const [baselineResult, baselineCpu] = await withCpu(baseline.pid, () =>
+      runLoad({ make: baselineMake, concurrency: CONCURRENCY, durationMs: DURATION_MS }),
+    );
+    log(`  ${describeLoad('baseline', baselineResult)}`);
+    const serviceCpuPerRequest = serviceCpu / serviceResult.ok;
+    const baselineCpuPerRequest = baselineCpu / baselineResult.ok;
+    log(
+      `  server process CPU per request (user+sys, all threads): service ${fmtMs(serviceCpuPerRequest)}, ` +
+        `baseline ${fmtMs(baselineCpuPerRequest)} (PostgreSQL and Redis not included)`,
+    );
+    await baseline.stop();
+
+    const ratio = serviceResult.rps / baselineResult.rps;
+    record('create', 'service job creations/s (c=16)', serviceResult.rps, `${serviceResult.rps.toFixed(1)} req/s (p50 ${fmtMs(serviceResult.p50)}, p99 ${fmtMs(serviceResult.p99)})`);
+    record('create', 'baseline busboy+sharp req/s (c=16)', baselineResult.rps, `${baselineResult.rps.toFixed(1)} req/s (p50 ${fmtMs(baselineResult.p50)}, p99 ${fmtMs(baselineResult.p99)})`);
+    record('create', `service req/s, load spread over ${CONCURRENCY} users (info)`, manyUsers.rps, `${manyUsers.rps.toFixed(1)} req/s (p50 ${fmtMs(manyUsers.p50)})`);
+    record('create', 'server CPU per request, service vs baseline (info)', serviceCpuPerRequest, `${fmtMs(serviceCpuPerRequest)} vs ${fmtMs(baselineCpuPerRequest)}`);
+    record('create', 'service / baseline throughput', ratio, ratio.toFixed(2), { op: '>=', value: 0.5, text: '>= 0.5' });
+    if (serviceResult.failed > 0 || baselineResult.failed > 0) {
+      log(`  note: failed requests: service ${serviceResult.failed}, baseline ${baselineResult.failed}`);
+    }
+  } finally {
+    await env.dispose();
+  }
+}

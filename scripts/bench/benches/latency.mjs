@@ -1,0 +1,128 @@
+/**
+ * latency: submit-to-complete time at light load. ROLE=all with the default worker concurrency; one client
+ * submits a fashion_card job (512x512 input) every 250 ms for 15 s (open loop: it does not wait for earlier
+ * jobs) and polls each job every 20 ms. Latency = from the start of the POST to the first GET that answers
+ * `complete`.
+ *
+ * For reading the figure, the same engine work is also timed in-process (LocalEngine + renderOutputs from
+ * dist/), so the service's share of the latency can be told from the pipeline's.
+ */
+import {
+  createBenchEnv,
+  createUserWithKey,
+  fmtMs,
+  fromDist,
+  keepAliveAgent,
+  log,
+  makePhoto,
+  multipartBody,
+  record,
+  requestJson,
+  sleep,
+  summarize,
+} from '../lib.mjs';
+
+const INTERVAL_MS = 250;
+const DURATION_MS = 15_000;
+const POLL_MS = 20;
+const JOB_TIMEOUT_MS = 30_000;
+const WARMUP_JOBS = 4;
+const SIDE = 512;
+
+export const description = `submit-to-complete p50/p99, one fashion_card job (${SIDE}x${SIDE}) every ${INTERVAL_MS} ms for ${DURATION_MS / 1000} s, ROLE=all`;
+
+export async function run() {
+  const clothes = await makePhoto('clothes', SIDE, SIDE);
+  const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
+  const engineMs = await inProcessEngineMs(clothes);
+  log(`  in-process LocalEngine.generate + renderOutputs for the same input: p50 ${fmtMs(engineMs.p50)} (min ${fmtMs(engineMs.min)})`);
+
+  const env = await createBenchEnv('latency');
+  const agent = keepAliveAgent(64);
+  try {
+    // The limits are raised so that no job is refused; the worker keeps its default concurrency.
+    const service = await env.startService({
+      ROLE: 'all',
+      LIMIT_MAX_PENDING: '1000000',
+      LIMIT_CREATIONS_PER_MINUTE: '1000000',
+    });
+    const { authorization } = await createUserWithKey(env.databaseUrl);
+
+    const submit = async () => {
+      const started = performance.now();
+      const post = await requestJson(agent, {
+        url: `${service.baseUrl}/generation/generate_image_v2/`,
+        method: 'POST',
+        headers: { Authorization: authorization, 'Content-Type': form.contentType },
+        body: form.body,
+      });
+      const accepted = performance.now() - started;
+      if (post.status !== 202) return { error: `POST ${post.status}` };
+      const id = post.json.history_item_id;
+      let polls = 0;
+      while (performance.now() - started < JOB_TIMEOUT_MS) {
+        const got = await requestJson(agent, {
+          url: `${service.baseUrl}/user/generation-history/${id}`,
+          headers: { Authorization: authorization },
+        });
+        polls++;
+        if (got.status === 200 && got.json.status === 'complete') {
+          return { ms: performance.now() - started, accepted, polls };
+        }
+        if (got.status !== 200 || got.json.status === 'error') return { error: `GET ${got.status} ${got.json?.status}` };
+        await sleep(POLL_MS);
+      }
+      return { error: 'timeout' };
+    };
+
+    for (let i = 0; i < WARMUP_JOBS; i++) await submit();
+
+    const count = Math.floor(DURATION_MS / INTERVAL_MS);
+    const t0 = performance.now();
+    const jobs = [];
+    for (let i = 0; i < count; i++) {
+      const wait = t0 + i * INTERVAL_MS - performance.now();
+      if (wait > 0) await sleep(wait);
+      jobs.push(submit());
+    }
+    const outcomes = await Promise.all(jobs);
+    const done = outcomes.filter((o) => o.ms !== undefined);
+    const failed = outcomes.filter((o) => o.error);
+    const latency = summarize(done.map((o) => o.ms));
+    const accept = summarize(done.map((o) => o.accepted));
+    const polls = summarize(done.map((o) => o.polls));
+    log(
+      `  ${done.length}/${count} jobs complete; latency p50 ${fmtMs(latency.p50)} p90 ${fmtMs(latency.p90)} ` +
+        `p99 ${fmtMs(latency.p99)} max ${fmtMs(latency.max)}; POST answered p50 ${fmtMs(accept.p50)} p99 ${fmtMs(accept.p99)}; ` +
+        `polls per job p50 ${polls.p50}`,
+    );
+    if (failed.length > 0) log(`  failed: ${failed.map((o) => o.error).join(', ')}`);
+
+    record('latency', 'submit-to-complete p50 (fashion_card 512 px, 4 jobs/s)', latency.p50, fmtMs(latency.p50), {
+      op: '<=',
+      value: 150,
+      text: '<= 150 ms',
+    });
+    record('latency', 'submit-to-complete p99', latency.p99, fmtMs(latency.p99));
+    record('latency', 'POST (job accepted) p50', accept.p50, fmtMs(accept.p50));
+    record('latency', 'engine + render alone, in-process p50', engineMs.p50, fmtMs(engineMs.p50));
+    await service.stop();
+  } finally {
+    agent.destroy();
+    await env.dispose();
+  }
+}
+
+async function inProcessEngineMs(clothes) {
+  const { LocalEngine } = await fromDist('worker/engines/local/index.js');
+  const { renderOutputs } = await fromDist('worker/renderer.js');
+  const engine = new LocalEngine({ limitInputPixels: 40_000_000 });
+  const times = [];
+  for (let i = 0; i < 12; i++) {
+    const started = performance.now();
+    const result = await engine.generate({ tool: 'fashion_card', generationType: 'product_card', images: { clothes }, texts: {} });
+    await renderOutputs(result, 40_000_000);
+    if (i >= 2) times.push(performance.now() - started);
+  }
+  return summarize(times);
+}

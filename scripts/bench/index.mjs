@@ -1,0 +1,139 @@
+#!/usr/bin/env node
+/**
+ * Benchmark suite of the image generation service: `npm run bench` (builds, then runs all benches) or
+ * `node scripts/bench/index.mjs <name> [<name>...]` to run some (after `npm run build`).
+ *
+ * Each bench runs the BUILT service (dist/main.js) as child processes on 127.0.0.1, with a database
+ * igs_bench_<random> and a Redis prefix of its own that are removed at the end, even on failure.
+ * Figures are printed, never asserted; the summary table is also written to scripts/bench/last-run.md
+ * (rows of benches not run this time are kept from the previous run, with their date).
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { DIST, interrupted, log, results, ROOT, runAllCleanups } from './lib.mjs';
+
+const BENCHES = {
+  create: () => import('./benches/create.mjs'),
+  latency: () => import('./benches/latency.mjs'),
+  worker: () => import('./benches/worker.mjs'),
+  'upload-rss': () => import('./benches/upload-rss.mjs'),
+  history: () => import('./benches/history.mjs'),
+  load: () => import('./load.mjs'),
+};
+
+const HERE = fileURLToPath(new URL('.', import.meta.url));
+const LAST_RUN_MD = `${HERE}last-run.md`;
+const LAST_RUN_JSON = `${HERE}last-run.json`;
+
+const args = process.argv.slice(2);
+if (args.includes('--help') || args.includes('-h')) {
+  log(`usage: node scripts/bench/index.mjs [${Object.keys(BENCHES).join('|')} ...]`);
+  process.exit(0);
+}
+const unknown = args.filter((name) => !(name in BENCHES));
+if (unknown.length > 0) {
+  console.error(`unknown bench: ${unknown.join(', ')}; choose from ${Object.keys(BENCHES).join(', ')}`);
+  process.exit(2);
+}
+if (!existsSync(`${DIST}/main.js`)) {
+  console.error('dist/main.js is missing: run `npm run build` first (`npm run bench` builds).');
+  process.exit(2);
+}
+const selected = args.length > 0 ? args : Object.keys(BENCHES);
+
+const machine = `${cpus().length} x ${cpus()[0]?.model?.trim() ?? 'cpu'}, Node ${process.version}`;
+const commit = (() => {
+  try {
+    const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    return dirty ? `${sha} (src/ modified)` : sha;
+  } catch {
+    return 'unknown';
+  }
+})();
+log(`# bench: ${selected.join(', ')} — ${machine}, commit ${commit}`);
+
+const started = performance.now();
+const status = {};
+const load = {};
+const loadText = () => loadavg().map((l) => l.toFixed(1)).join(' ');
+for (const name of selected) {
+  if (interrupted()) break;
+  const benchStarted = performance.now();
+  const loadBefore = loadText();
+  const module = await BENCHES[name]();
+  log(`\n## ${name}: ${module.description}`);
+  try {
+    await module.run();
+    status[name] = 'ok';
+  } catch (error) {
+    status[name] = `failed: ${error?.message?.split('\n')[0] ?? error}`;
+    console.error(`  ${name} FAILED: ${error?.stack ?? error}`);
+  } finally {
+    await runAllCleanups();
+  }
+  load[name] = `${loadBefore} before, ${loadText()} after`;
+  log(`  (${name} took ${((performance.now() - benchStarted) / 1000).toFixed(0)} s; load average ${load[name]})`);
+}
+
+if (interrupted()) {
+  await runAllCleanups();
+  console.error('interrupted: no summary written');
+  process.exit(130);
+}
+
+// ---- summary: this run's rows, plus the rows of benches not run now from the previous run
+const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+let previous = { runs: {} };
+try {
+  previous = JSON.parse(readFileSync(LAST_RUN_JSON, 'utf8'));
+} catch {
+  // first run
+}
+const runs = { ...previous.runs };
+for (const name of selected) {
+  runs[name] = {
+    at: now,
+    commit,
+    machine,
+    status: status[name],
+    load: load[name],
+    rows: results.filter((row) => row.bench === name),
+  };
+}
+const order = Object.keys(BENCHES).filter((name) => runs[name]);
+const cell = (text) => String(text).replaceAll('|', '\\|');
+const lines = [
+  '| Bench | Figure | Value | Target | Met |',
+  '| --- | --- | --- | --- | --- |',
+];
+for (const name of order) {
+  const run = runs[name];
+  if (run.rows.length === 0) lines.push(`| ${name} | ${cell(run.status)} | | | |`);
+  for (const row of run.rows) {
+    const met = row.met === undefined ? '' : row.met ? 'yes' : '**no**';
+    lines.push(`| ${name} | ${cell(row.figure)} | ${cell(row.display)} | ${cell(row.target)} | ${met} |`);
+  }
+}
+const notes = order.map((name) => {
+  const run = runs[name];
+  const failed = run.status === 'ok' ? '' : ` — ${run.status}`;
+  return `- ${name}: ${run.at}, commit ${run.commit}, ${run.machine}, load average (1/5/15 min) ${run.load}${failed}`;
+});
+const table = lines.join('\n');
+const markdown = `${table}\n\nMeasured with \`npm run bench\` (figures are noisy when other work shares the 2 cores; the bench itself keeps about 2 busy, so a 1-minute load average well above that means other work ran too):\n${notes.join('\n')}\n`;
+
+log('\n## Summary\n');
+log(markdown);
+const took = `all benches took ${((performance.now() - started) / 1000).toFixed(0)} s`;
+if (process.env.BENCH_SERVICE_NODE_ARGS) {
+  // Profiled or otherwise instrumented runs are not representative: the last clean figures stay.
+  log(`(BENCH_SERVICE_NODE_ARGS is set: ${LAST_RUN_MD.replace(ROOT, '')} left as it was; ${took})`);
+} else {
+  writeFileSync(LAST_RUN_MD, markdown);
+  writeFileSync(LAST_RUN_JSON, `${JSON.stringify({ runs }, null, 2)}\n`);
+  log(`(written to ${LAST_RUN_MD.replace(ROOT, '')}; ${took})`);
+}
+process.exit(Object.values(status).every((s) => s === 'ok') ? 0 : 1);
