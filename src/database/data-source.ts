@@ -1,11 +1,13 @@
 import { DataSource, type DataSourceOptions } from 'typeorm';
 import { ApiKey } from '../auth/api-key.entity.js';
 import { User } from '../auth/user.entity.js';
+import { HistoryCount } from '../history/history-count.entity.js';
 import { HistoryItem } from '../history/history-item.entity.js';
 import { Initial1795292142970 } from './migrations/1795292142970-Initial.js';
+import { HistoryCounts1795296939184 } from './migrations/1795296939184-HistoryCounts.js';
 
-export const ENTITIES = [User, ApiKey, HistoryItem];
-export const MIGRATIONS = [Initial1795292142970];
+export const ENTITIES = [User, ApiKey, HistoryItem, HistoryCount];
+export const MIGRATIONS = [Initial1795292142970, HistoryCounts1795296939184];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */
 const MIGRATION_LOCK_ID = 7_294_310_551;

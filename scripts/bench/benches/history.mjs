@@ -209,6 +209,12 @@ export async function seed(db) {
   }
   const inserted = performance.now();
   await db.query('SET session_replication_role = DEFAULT');
+  // The replica role also skipped the trigger that keeps history_counts; count the seeded rows once instead.
+  await db.query(
+    `INSERT INTO history_counts (user_id, status, generation_type, count)
+     SELECT user_id, status, generation_type, count(*) FROM history_items GROUP BY 1, 2, 3
+     ON CONFLICT (user_id, status, generation_type) DO UPDATE SET count = EXCLUDED.count`,
+  );
   for (const { name, definition } of primaryKeys) {
     await db.query(`ALTER TABLE history_items ADD CONSTRAINT "${name}" ${definition}`);
   }
