@@ -1,6 +1,6 @@
 import type { components } from '../generated/openapi.js';
 import { mediaPath } from '../media/media.js';
-import type { HistoryListRow } from './history-list.sql.js';
+import type { HistoryListRow } from './history.sql.js';
 
 type HistoryItemSchema = components['schemas']['HistoryItem'];
 type HistoryPageSchema = components['schemas']['HistoryPage'];

@@ -9,7 +9,7 @@ import { GENERATION_QUEUE } from '../generation/generation.queue.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { HistoryItem } from './history-item.entity.js';
-import { type HistoryListRow, type HistoryQuery, historyListSql } from './history-list.sql.js';
+import { type HistoryListRow, type HistoryQuery, historyItemSql, historyListSql } from './history.sql.js';
 import { HistoryItemDto, type HistoryPageDto } from './history.dto.js';
 
 export type { HistoryQuery };
@@ -32,7 +32,8 @@ export class HistoryService {
   }
 
   async get(userId: string, id: string): Promise<HistoryItemDto> {
-    const item = await this.items.findOneBy({ id, userId });
+    const sql = historyItemSql(userId, id);
+    const [item] = (await this.dataSource.query(sql.text, sql.values)) as HistoryListRow[];
     if (!item) throw notFound();
     return HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
   }

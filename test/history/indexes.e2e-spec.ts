@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { CATALOG } from '../../src/catalog/catalog.js';
-import { type HistoryQuery, historyListSql, type SqlStatement } from '../../src/history/history-list.sql.js';
+import { type HistoryQuery, historyListSql, type SqlStatement } from '../../src/history/history.sql.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import { Client, connect, userIdOf } from './history-support.js';

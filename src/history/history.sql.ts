@@ -18,6 +18,16 @@ export type HistoryListRow = Pick<
   'id' | 'tool' | 'generationType' | 'status' | 'like' | 'errorCode' | 'errorMessage' | 'createdAt' | 'updatedAt' | 'completedAt'
 >;
 
+/** The columns of a `HistoryListRow`, read from `history_items` aliased `h`. */
+const ROW_COLUMNS = `h.id, h.tool, h.generation_type AS "generationType", h.status, h."like",
+       h.error_code AS "errorCode", h.error_message AS "errorMessage",
+       h.created_at AS "createdAt", h.updated_at AS "updatedAt", h.completed_at AS "completedAt"`;
+
+/** One item of a user's history, by id; the most frequent query of all (clients poll it). */
+export function historyItemSql(userId: string, id: string): SqlStatement {
+  return { text: `SELECT ${ROW_COLUMNS} FROM history_items h WHERE h.id = $1 AND h.user_id = $2`, values: [id, userId] };
+}
+
 /**
  * The two statements behind one page of a user's history, and the only place they are written.
  *
@@ -42,9 +52,7 @@ export function historyListSql(userId: string, query: HistoryQuery): { page: Sql
   const offset = values.length + 2;
   return {
     page: {
-      text: `SELECT h.id, h.tool, h.generation_type AS "generationType", h.status, h."like",
-              h.error_code AS "errorCode", h.error_message AS "errorMessage",
-              h.created_at AS "createdAt", h.updated_at AS "updatedAt", h.completed_at AS "completedAt"
+      text: `SELECT ${ROW_COLUMNS}
          FROM (SELECT id, created_at FROM history_items
                 WHERE ${where}
                 ORDER BY created_at DESC, id DESC
