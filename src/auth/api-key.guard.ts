@@ -22,7 +22,7 @@ export class ApiKeyGuard implements CanActivate {
     if (isPublic) return true;
 
     const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
-    await this.failures.assertAllowed(request.ip);
+    this.failures.assertAllowed(request.ip);
     const match = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '');
     if (!match) {
       await this.failures.recordFailure(request.ip);

@@ -6,6 +6,8 @@ import { AppConfig } from '../config/config.js';
 import { REDIS } from '../redis/redis.module.js';
 
 const WINDOW_MS = 60_000;
+/** Bounds the memory a flood of addresses can take; expired entries are dropped when it is reached. */
+const MAX_REFUSED_ADDRESSES = 100_000;
 
 /**
  * Failed authentications per client address, counted in Redis so every API replica shares one count. A
@@ -13,12 +15,18 @@ const WINDOW_MS = 60_000;
  * the minute that began with its first failure is over. A success does not reset the count: otherwise one
  * valid key would let its holder guess others without limit.
  *
+ * Only failures touch Redis: each replica remembers the addresses its own failures found over the limit,
+ * so the requests of well-behaved clients (polling, mostly) cost no round trip. Across N replicas an
+ * attacker gets at most N extra guesses before every replica refuses it.
+ *
  * The count is a safeguard, not a gate: while Redis is unreachable, requests are authenticated as usual.
  */
 @Injectable()
 export class AuthFailureLimit {
   private readonly logger = new Logger(AuthFailureLimit.name);
   private redisDown = false;
+  /** Refused addresses and when their window ends (epoch ms). */
+  private readonly refusedUntil = new Map<string, number>();
 
   constructor(
     @Inject(REDIS) private readonly redis: Redis,
@@ -26,13 +34,16 @@ export class AuthFailureLimit {
   ) {}
 
   /** Throws 429 `rate_limited` when the client has no failures left this minute. */
-  async assertAllowed(clientIp: string | undefined): Promise<void> {
-    const key = failuresKey(clientIp);
-    const results = await this.failOpen(() => this.redis.multi().get(key).pttl(key).exec());
-    const failures = Number(results?.[0]?.[1] ?? 0);
-    if (failures < this.config.authFailuresPerMinute) return;
-    const remainingMs = Number(results?.[1]?.[1]);
-    const retryAfter = remainingMs > 0 ? Math.ceil(remainingMs / 1000) : WINDOW_MS / 1000;
+  assertAllowed(clientIp: string | undefined): void {
+    const client = clientOf(clientIp ?? 'unknown');
+    const until = this.refusedUntil.get(client);
+    if (until === undefined) return;
+    const remainingMs = until - Date.now();
+    if (remainingMs <= 0) {
+      this.refusedUntil.delete(client);
+      return;
+    }
+    const retryAfter = Math.ceil(remainingMs / 1000);
     throw new DomainError(
       'rate_limited',
       `Too many failed authentications from this address; retry in ${retryAfter} s.`,
@@ -41,9 +52,22 @@ export class AuthFailureLimit {
   }
 
   async recordFailure(clientIp: string | undefined): Promise<void> {
-    const key = failuresKey(clientIp);
+    const client = clientOf(clientIp ?? 'unknown');
+    const key = `auth:failures:${client}`;
     // SET NX PX opens the window at the first failure (INCR keeps the expiry); Redis 6 lacks PEXPIRE NX.
-    await this.failOpen(() => this.redis.multi().set(key, 0, 'PX', WINDOW_MS, 'NX').incr(key).exec());
+    const results = await this.failOpen(() =>
+      this.redis.multi().set(key, 0, 'PX', WINDOW_MS, 'NX').incr(key).pttl(key).exec(),
+    );
+    const failures = Number(results?.[1]?.[1] ?? 0);
+    if (failures < this.config.authFailuresPerMinute) return;
+    const remainingMs = Number(results?.[2]?.[1]);
+    if (this.refusedUntil.size >= MAX_REFUSED_ADDRESSES) this.dropExpired();
+    this.refusedUntil.set(client, Date.now() + (remainingMs > 0 ? remainingMs : WINDOW_MS));
+  }
+
+  private dropExpired(): void {
+    const now = Date.now();
+    for (const [client, until] of this.refusedUntil) if (until <= now) this.refusedUntil.delete(client);
   }
 
   /** Runs a Redis command, or logs (once per outage) and answers undefined when Redis does not. */
@@ -64,10 +88,6 @@ export class AuthFailureLimit {
       return undefined;
     }
   }
-}
-
-function failuresKey(clientIp: string | undefined): string {
-  return `auth:failures:${clientOf(clientIp ?? 'unknown')}`;
 }
 
 /**

@@ -28,10 +28,11 @@ describe('toDomainError', () => {
     expect(toDomainError(parserError(413, 'entity.too.large')).code).toBe('payload_too_large');
   });
 
-  it('answers a path that cannot be decoded with 400 bad_request', () => {
+  it('answers a path that is not valid percent-encoding with 404 not_found: it names no resource', () => {
     const undecodable = Object.assign(new URIError("Failed to decode param '%E0%A4%A'"), { status: 400 });
 
-    expect(toDomainError(undecodable).code).toBe('bad_request');
+    expect(toDomainError(undecodable).code).toBe('not_found');
+    expect(toDomainError(new BadRequestException(undecodable.message, { cause: undecodable })).code).toBe('not_found');
   });
 
   it('answers an unknown route with 404 not_found', () => {

@@ -43,6 +43,11 @@ export function toDomainError(exception: unknown): DomainError {
       headers: { 'Retry-After': UNAVAILABLE_RETRY_AFTER_SECONDS },
     });
   }
+  // Express's router could not decode the path (not valid percent-encoding; Nest wraps that in a 400): such a
+  // path names no resource.
+  if (exception instanceof URIError || (exception as { cause?: unknown }).cause instanceof URIError) {
+    return new DomainError('not_found', 'No such resource.');
+  }
   const status = httpStatusOf(exception);
   if (status === 404) return new DomainError('not_found', 'No such resource.');
   if (status === 405) return new DomainError('not_found', 'No such resource.');

@@ -226,7 +226,7 @@ export interface paths {
          *     `preview.webp` is a WebP at most 512 px on its long side; `stock.jpg` is the full-resolution
          *     JPEG. The files appear when the job becomes `complete`: before that, for a job in `error`,
          *     after the item is deleted, and for any path that does not name a result file, the answer is
-         *     `404`; a path that is not valid percent-encoding answers `400`. Uploaded inputs are never served.
+         *     `404`. Uploaded inputs are never served.
          */
         get: operations["getMedia"];
         put?: never;
@@ -1256,7 +1256,6 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
-            400: components["responses"]["BadRequest"];
             404: components["responses"]["NotFound"];
         };
     };
