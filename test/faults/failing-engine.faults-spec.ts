@@ -1,6 +1,6 @@
 import type Bull from 'bull';
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, type FakeCogAnswer, sha256, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import { type FakeCog, type FakeCogAnswer, sha256 } from '../support/fake-cog.js';
 import { type HistoryItemBody, postJob } from '../support/jobs.js';
 import {
   cogEngine,
@@ -8,10 +8,10 @@ import {
   expectFailedLeavingNothing,
   final,
   jobSettled,
-  openQueue,
   Processes,
   submit,
   uniqueImage,
+  WorkerWorld,
 } from '../support/harness.js';
 import { freePort, type RunningService } from '../support/service.js';
 import { millisSince, percentile, report, statusCounts } from './observe.js';
@@ -30,6 +30,7 @@ const KINDS: Record<string, { answer: FakeCogAnswer; code: string }> = {
 };
 
 describe('an engine that keeps failing', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -39,9 +40,8 @@ describe('an engine that keeps failing', () => {
   const plans = new Map<string, FakeCogAnswer>();
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog((request) => plans.get(Object.values(request.images)[0]) ?? { kind: 'succeed' });
+    world = await WorkerWorld.create((request) => plans.get(Object.values(request.images)[0]) ?? { kind: 'succeed' });
+    ({ env, processes, fake, queue } = world);
     // `default` is sent to a port nobody listens on: the engine's server is down altogether.
     const settings = {
       ...cogEngine(fake),
@@ -51,15 +51,11 @@ describe('an engine that keeps failing', () => {
       WORKER_CONCURRENCY: '4',
     };
     [api] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);
-    queue = openQueue(env);
     ({ key } = await createUser(env));
   }, 60_000);
 
   afterAll(async () => {
-    await queue?.close();
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   it(`ends every job as error with a code after ${ATTEMPTS} attempts; none stays pending`, async () => {

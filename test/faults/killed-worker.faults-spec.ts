@@ -1,6 +1,6 @@
 import type Bull from 'bull';
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, sha256, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import { type FakeCog, sha256 } from '../support/fake-cog.js';
 import {
   cogEngine,
   createUser,
@@ -9,12 +9,12 @@ import {
   inputFolder,
   listDir,
   mediaFolder,
-  openQueue,
   pathExists,
   Processes,
   submit,
   uniqueImage,
   waitUntil,
+  WorkerWorld,
 } from '../support/harness.js';
 import type { RunningService } from '../support/service.js';
 import { millisSince, recordStalls, report, statusCounts } from './observe.js';
@@ -31,6 +31,7 @@ const KILL_AFTER_ANSWERS = 10;
 const DOWN_MS = 1000;
 
 describe('a worker killed (SIGKILL) in the middle of a stream of jobs', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -48,20 +49,15 @@ describe('a worker killed (SIGKILL) in the middle of a stream of jobs', () => {
   });
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    ({ env, processes, fake, queue } = world);
     api = await processes.start('api', settings());
-    queue = openQueue(env);
     stalled = await recordStalls(queue);
     ({ key } = await createUser(env));
   }, 60_000);
 
   afterAll(async () => {
-    await queue?.close();
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   it(`completes all ${JOBS} jobs once the worker is restarted, each with one set of outputs`, async () => {

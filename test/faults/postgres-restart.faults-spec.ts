@@ -1,5 +1,5 @@
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, sha256, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import { type FakeCog, sha256 } from '../support/fake-cog.js';
 import {
   cogEngine,
   createUser,
@@ -11,6 +11,7 @@ import {
   TOOL,
   uniqueImage,
   waitUntil,
+  WorkerWorld,
 } from '../support/harness.js';
 import { postJob } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
@@ -27,6 +28,7 @@ const IN_FLIGHT_ENGINE_MS = 1500;
 
 describe('PostgreSQL restarted under a running service', () => {
   let postgres: PrivateServer & { initdbMs: number };
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -37,21 +39,21 @@ describe('PostgreSQL restarted under a running service', () => {
 
   beforeAll(async () => {
     postgres = await startPrivatePostgres();
-    env = await createTestEnvironment({ adminDatabaseUrl: postgres.url });
-    processes = new Processes(env);
-    fake = await startFakeCog((request) => ({
-      kind: 'succeed',
-      delayMs: slow.has(Object.values(request.images)[0]) ? IN_FLIGHT_ENGINE_MS : 50,
-    }));
+    world = await WorkerWorld.create(
+      (request) => ({
+        kind: 'succeed',
+        delayMs: slow.has(Object.values(request.images)[0]) ? IN_FLIGHT_ENGINE_MS : 50,
+      }),
+      { queue: false, servers: { adminDatabaseUrl: postgres.url } },
+    );
+    ({ env, processes, fake } = world);
     const settings = { ...cogEngine(fake), LIMIT_MAX_PENDING: '1000', LIMIT_CREATIONS_PER_MINUTE: '1000' };
     [api, worker] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);
     ({ key } = await createUser(env));
   }, 60_000);
 
   afterAll(async () => {
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
     await postgres?.dispose();
   }, 60_000);
 

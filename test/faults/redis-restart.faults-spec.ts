@@ -1,5 +1,5 @@
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import type { FakeCog } from '../support/fake-cog.js';
 import {
   cogEngine,
   createUser,
@@ -9,6 +9,7 @@ import {
   TOOL,
   uniqueImage,
   waitUntil,
+  WorkerWorld,
 } from '../support/harness.js';
 import { postJob } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
@@ -46,6 +47,7 @@ const DRAIN_MS = 10_000 + 20_000;
 
 describe('Redis restarted (and come back empty) while clients submit jobs', () => {
   let redis: PrivateServer;
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -55,9 +57,11 @@ describe('Redis restarted (and come back empty) while clients submit jobs', () =
 
   beforeAll(async () => {
     redis = await startPrivateRedis();
-    env = await createTestEnvironment({ redisUrl: redis.url });
-    processes = new Processes(env);
-    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), {
+      queue: false,
+      servers: { redisUrl: redis.url },
+    });
+    ({ env, processes, fake } = world);
     const settings = {
       ...cogEngine(fake),
       WORKER_CONCURRENCY: String(CONCURRENCY),
@@ -69,9 +73,7 @@ describe('Redis restarted (and come back empty) while clients submit jobs', () =
   }, 60_000);
 
   afterAll(async () => {
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
     await redis?.dispose();
   }, 60_000);
 

@@ -1,6 +1,6 @@
 import type Bull from 'bull';
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import type { FakeCog } from '../support/fake-cog.js';
 import {
   cogEngine,
   createUser,
@@ -8,11 +8,11 @@ import {
   final,
   listDir,
   mediaFolder,
-  openQueue,
   Processes,
   submit,
   uniqueImage,
   waitUntil,
+  WorkerWorld,
 } from '../support/harness.js';
 import type { RunningService } from '../support/service.js';
 import { millisSince, recordStalls, report, statusCounts } from './observe.js';
@@ -23,6 +23,7 @@ const CONCURRENCY = 4;
 const ENGINE_MS = 1000;
 
 describe('SIGTERM to a worker while jobs run and more wait', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -41,20 +42,15 @@ describe('SIGTERM to a worker while jobs run and more wait', () => {
   });
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    ({ env, processes, fake, queue } = world);
     api = await processes.start('api', settings());
-    queue = openQueue(env);
     stalled = await recordStalls(queue);
     ({ key } = await createUser(env));
   }, 60_000);
 
   afterAll(async () => {
-    await queue?.close();
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   it('finishes the running jobs, exits 0, and leaves the waiting ones to the next worker; none stalls', async () => {

@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import Bull from 'bull';
 import pg from 'pg';
 import sharp from 'sharp';
-import type { TestEnvironment } from './environment.js';
-import type { FakeCog } from './fake-cog.js';
+import { createTestEnvironment, type EnvironmentServers, type TestEnvironment } from './environment.js';
+import { type FakeCog, type FakeCogBehaviour, startFakeCog } from './fake-cog.js';
 import { type HistoryItemBody, makeImage, postJob, waitForFinal } from './jobs.js';
 import { createUserWithKey, type RunningService, startService } from './service.js';
 
@@ -60,6 +60,53 @@ export class Processes {
 
   async stopAll(): Promise<void> {
     await Promise.all([...this.running].map((service) => this.stop(service)));
+  }
+}
+
+export interface WorkerWorldOptions {
+  /** Open the service's Bull queue as well (default `true`). */
+  queue?: boolean;
+  /** Servers to build the environment on instead of the shared ones. */
+  servers?: EnvironmentServers;
+}
+
+/**
+ * What a worker test file sets up in `beforeAll` and tears down in `afterAll`: its environment, its service
+ * processes (none started yet), a fake Cog server answering as `answer` says, and (unless `queue: false`) the
+ * service's queue.
+ */
+export class WorkerWorld {
+  private constructor(
+    readonly env: TestEnvironment,
+    readonly processes: Processes,
+    readonly fake: FakeCog,
+    private readonly openedQueue: Bull.Queue<{ historyItemId: string }> | undefined,
+  ) {}
+
+  static async create(answer?: FakeCogBehaviour, options: WorkerWorldOptions = {}): Promise<WorkerWorld> {
+    const env = await createTestEnvironment(options.servers);
+    let fake: FakeCog;
+    try {
+      fake = await startFakeCog(answer);
+    } catch (error) {
+      await env.dispose();
+      throw error;
+    }
+    const queue = options.queue === false ? undefined : openQueue(env);
+    return new WorkerWorld(env, new Processes(env), fake, queue);
+  }
+
+  get queue(): Bull.Queue<{ historyItemId: string }> {
+    if (!this.openedQueue) throw new Error('this WorkerWorld was created with queue: false');
+    return this.openedQueue;
+  }
+
+  /** Closes the queue, stops every process still running, closes the fake and disposes of the environment. */
+  async dispose(): Promise<void> {
+    await this.openedQueue?.close();
+    await this.processes.stopAll();
+    await this.fake.close();
+    await this.env.dispose();
   }
 }
 

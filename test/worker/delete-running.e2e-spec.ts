@@ -1,6 +1,6 @@
 import type Bull from 'bull';
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import type { FakeCog } from '../support/fake-cog.js';
 import type { RunningService } from '../support/service.js';
 import {
   cogEngine,
@@ -9,17 +9,18 @@ import {
   inputFolder,
   jobSettled,
   mediaFolder,
-  openQueue,
   pathExists,
   Processes,
   submit,
   uniqueImage,
+  WorkerWorld,
 } from '../support/harness.js';
 
 /** Long enough to delete the item while the engine works on it. */
 const ENGINE_MS = 2500;
 
 describe('deleting an item while its job runs', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -28,23 +29,18 @@ describe('deleting an item while its job runs', () => {
   let key: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    ({ env, processes, fake, queue } = world);
     // One job at a time, so a second job waits in the queue while the first runs.
     [api] = await Promise.all([
       processes.start('api', cogEngine(fake)),
       processes.start('worker', { ...cogEngine(fake), WORKER_CONCURRENCY: '1' }),
     ]);
-    queue = openQueue(env);
     ({ key } = await createUser(env));
   }, 60_000);
 
   afterAll(async () => {
-    await queue?.close();
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   function remove(id: string): Promise<Response> {

@@ -1,6 +1,6 @@
 import type Bull from 'bull';
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, type FakeCogAnswer, sha256, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import { type FakeCog, type FakeCogAnswer, sha256 } from '../support/fake-cog.js';
 import type { HistoryItemBody } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
 import {
@@ -12,17 +12,18 @@ import {
   jobSettled,
   listDir,
   mediaFolder,
-  openQueue,
   type Outputs,
   pathExists,
   Processes,
   submit,
   uniqueImage,
+  WorkerWorld,
 } from '../support/harness.js';
 
 const JOBS = 20;
 
 describe('a job delivered more than once', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -33,14 +34,13 @@ describe('a job delivered more than once', () => {
   const delays = new Map<string, (attempt: number) => number>();
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog(
+    world = await WorkerWorld.create(
       (request): FakeCogAnswer => ({
         kind: 'succeed',
         delayMs: delays.get(Object.values(request.images)[0])?.(request.attempt) ?? 100,
       }),
     );
+    ({ env, processes, fake, queue } = world);
     const worker = { ...cogEngine(fake), WORKER_CONCURRENCY: '3' };
     // Two workers on one queue, as in a deployment with replicas.
     [api] = await Promise.all([
@@ -48,15 +48,11 @@ describe('a job delivered more than once', () => {
       processes.start('worker', worker),
       processes.start('worker', worker),
     ]);
-    queue = openQueue(env);
     ({ key } = await createUser(env));
   }, 90_000);
 
   afterAll(async () => {
-    await queue?.close();
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   /** Queues the item once more under another Bull job id, as a lost acknowledgement or a replayed queue would. */

@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type Bull from 'bull';
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256 } from '../support/fake-cog.js';
 import type { HistoryItemBody } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
 import {
@@ -14,10 +14,10 @@ import {
   final,
   inputFolder,
   jobSettled,
-  openQueue,
   Processes,
   submit,
   uniqueImage,
+  WorkerWorld,
 } from '../support/harness.js';
 
 const ATTEMPTS = 3;
@@ -25,6 +25,7 @@ const ATTEMPTS = 3;
 const ENGINE_TIMEOUT_MS = 800;
 
 describe('engine failures', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -71,21 +72,16 @@ describe('engine failures', () => {
   }
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog(
+    world = await WorkerWorld.create(
       (request) => plans.get(Object.values(request.images)[0])?.(request) ?? { kind: 'succeed' },
     );
+    ({ env, processes, fake, queue } = world);
     api = await processes.start('api', cogEngine(fake));
-    queue = openQueue(env);
     ({ key } = await createUser(env));
   }, 60_000);
 
   afterAll(async () => {
-    await queue?.close();
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   it('fails a job whose stored input no longer decodes at once, as invalid_image', async () => {

@@ -1,7 +1,7 @@
 import type Bull from 'bull';
 import { Redis } from 'ioredis';
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import type { FakeCog } from '../support/fake-cog.js';
 import type { RunningService } from '../support/service.js';
 import {
   cogEngine,
@@ -9,18 +9,19 @@ import {
   expectCompleteWithOutputs,
   final,
   inputFolder,
-  openQueue,
   pathExists,
   Processes,
   submit,
   uniqueImage,
   waitUntil,
+  WorkerWorld,
 } from '../support/harness.js';
 
 const ENGINE_MS = 1500;
 const CONCURRENCY = 3;
 
 describe('a worker told to stop (SIGTERM) while jobs run', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -36,19 +37,14 @@ describe('a worker told to stop (SIGTERM) while jobs run', () => {
   });
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    ({ env, processes, fake, queue } = world);
     api = await processes.start('api', cogEngine(fake));
-    queue = openQueue(env);
     ({ key } = await createUser(env));
   }, 60_000);
 
   afterAll(async () => {
-    await queue?.close();
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   it('finishes the running jobs, exits 0 and leaves nothing pending', async () => {

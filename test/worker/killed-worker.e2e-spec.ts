@@ -1,5 +1,5 @@
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import type { FakeCog } from '../support/fake-cog.js';
 import type { RunningService } from '../support/service.js';
 import {
   cogEngine,
@@ -14,12 +14,14 @@ import {
   Processes,
   submit,
   uniqueImage,
+  WorkerWorld,
 } from '../support/harness.js';
 
 /** Long enough to kill the worker while the engine is busy with the job. */
 const ENGINE_MS = 3000;
 
 describe('a worker killed in the middle of a job', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -28,9 +30,8 @@ describe('a worker killed in the middle of a job', () => {
   let key: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { queue: false });
+    ({ env, processes, fake } = world);
     [api, sut] = await Promise.all([
       processes.start('api', cogEngine(fake)),
       processes.start('worker', cogEngine(fake)),
@@ -39,9 +40,7 @@ describe('a worker killed in the middle of a job', () => {
   }, 60_000);
 
   afterAll(async () => {
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   it('hands the job to another worker, which completes it exactly once', async () => {

@@ -3,8 +3,8 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type Bull from 'bull';
 import sharp from 'sharp';
-import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FakeCog, type FakeCogAnswer, sha256, startFakeCog } from '../support/fake-cog.js';
+import type { TestEnvironment } from '../support/environment.js';
+import { type FakeCog, type FakeCogAnswer, sha256 } from '../support/fake-cog.js';
 import type { RunningService } from '../support/service.js';
 import {
   cogEngine,
@@ -15,13 +15,13 @@ import {
   final,
   inputFolder,
   jobSettled,
-  openQueue,
   pathExists,
   Processes,
   query,
   submit,
   TOOL,
   uniqueImage,
+  WorkerWorld,
 } from '../support/harness.js';
 
 const DEADLINE_MS = 60_000;
@@ -34,6 +34,7 @@ const ORPHAN_AGE_SECONDS = 15;
 const SLOW_ENGINE_MS = 3000;
 
 describe('the reconciler', () => {
+  let world: WorkerWorld;
   let env: TestEnvironment;
   let processes: Processes;
   let fake: FakeCog;
@@ -44,22 +45,17 @@ describe('the reconciler', () => {
   const delays = new Map<string, number>();
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    processes = new Processes(env);
-    fake = await startFakeCog(
+    world = await WorkerWorld.create(
       (request): FakeCogAnswer => ({ kind: 'succeed', delayMs: delays.get(Object.values(request.images)[0]) ?? 0 }),
     );
+    ({ env, processes, fake, queue } = world);
     const settings = { ...cogEngine(fake), JOB_DEADLINE_MS: String(DEADLINE_MS) };
     [api] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);
-    queue = openQueue(env);
     ({ key, userId } = await createUser(env));
   }, 60_000);
 
   afterAll(async () => {
-    await queue?.close();
-    await processes?.stopAll();
-    await fake?.close();
-    await env?.dispose();
+    await world?.dispose();
   }, 60_000);
 
   /**
