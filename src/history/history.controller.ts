@@ -4,11 +4,11 @@ import type { Principal } from '../auth/api-key.service.js';
 import { CurrentUser } from '../auth/auth.decorators.js';
 import { isGenerationType } from '../catalog/catalog.js';
 import { DomainError } from '../common/problem.js';
+import { isUuid } from '../common/uuid.js';
 import type { JobStatus } from './history-item.entity.js';
 import type { HistoryItemDto, HistoryPageDto } from './history.dto.js';
 import { type HistoryQuery, HistoryService } from './history.service.js';
 
-const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 const STATUSES: readonly string[] = ['pending', 'complete', 'error'] satisfies JobStatus[];
 const MAX_LIMIT = 100;
 
@@ -45,7 +45,7 @@ export class HistoryController {
 }
 
 function historyItemId(id: string): string {
-  if (!UUID.test(id)) throw invalid('id', 'must be a history_item_id (a UUID)');
+  if (!isUuid(id)) throw invalid('id', 'must be a history_item_id (a UUID)');
   return id.toLowerCase();
 }
 

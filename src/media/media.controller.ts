@@ -3,10 +3,10 @@ import { Controller, Get, Inject, Param, Res } from '@nestjs/common';
 import type { Response } from 'express';
 import { Public } from '../auth/auth.decorators.js';
 import { DomainError } from '../common/problem.js';
+import { isUuid } from '../common/uuid.js';
 import { MEDIA_CACHE_CONTROL, MEDIA_STORE, outputContentType } from './media.js';
 import type { ObjectStore } from './object-store.js';
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /**
  * Results are public but unguessable (the job's UUID is in the path) and never change once written, so
@@ -20,7 +20,7 @@ export class MediaController {
   @Get(':id/:file')
   async get(@Param('id') id: string, @Param('file') file: string, @Res() response: Response): Promise<void> {
     const contentType = outputContentType(file);
-    const object = contentType && UUID.test(id) ? await this.media.open(`${id}/${file}`) : undefined;
+    const object = contentType && isUuid(id) ? await this.media.open(`${id}/${file}`) : undefined;
     if (!object) {
       response.setHeader('Cache-Control', 'no-store');
       throw new DomainError('not_found', 'No such media file.');

@@ -60,14 +60,8 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
   }
 
   private async expireOverdue(): Promise<number> {
-    const overdue = (await this.dataSource.query(
-      `SELECT id FROM history_items
-        WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)
-        ORDER BY created_at LIMIT $2`,
-      [this.config.jobDeadlineMs / 1000, SWEEP_BATCH],
-    )) as { id: string }[];
     let count = 0;
-    for (const { id } of overdue) {
+    for (const id of await this.pendingOlderThan(this.config.jobDeadlineMs / 1000)) {
       if (await this.outcomes.fail(id, 'timeout', 'The job did not finish in time.')) count++;
       await (await this.queue.getJob(id))?.remove().catch(() => {});
     }
@@ -75,14 +69,8 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
   }
 
   private async requeueOrphans(): Promise<number> {
-    const pending = (await this.dataSource.query(
-      `SELECT id FROM history_items
-        WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)
-        ORDER BY created_at LIMIT $2`,
-      [ORPHAN_GRACE_SECONDS, SWEEP_BATCH],
-    )) as { id: string }[];
     let count = 0;
-    for (const { id } of pending) {
+    for (const id of await this.pendingOlderThan(ORPHAN_GRACE_SECONDS)) {
       const job = await this.queue.getJob(id);
       const state = job ? await job.getState() : undefined;
       // Gone from Redis (lost, evicted), or ended without its row being updated: queue it again. A failed job whose
@@ -96,5 +84,16 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
       }
     }
     return count;
+  }
+
+  /** The oldest pending items created more than `seconds` ago, a batch at a time (partial index on pending). */
+  private async pendingOlderThan(seconds: number): Promise<string[]> {
+    const rows = (await this.dataSource.query(
+      `SELECT id FROM history_items
+        WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)
+        ORDER BY created_at LIMIT $2`,
+      [seconds, SWEEP_BATCH],
+    )) as { id: string }[];
+    return rows.map((row) => row.id);
   }
 }
