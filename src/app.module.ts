@@ -1,9 +1,7 @@
 import { type DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
-import { LoggerModule } from 'nestjs-pino';
 import { AuthModule } from './auth/auth.module.js';
 import { CatalogModule } from './catalog/catalog.module.js';
-import { loggerParams } from './common/logging.js';
 import { ProblemFilter } from './common/problem.filter.js';
 import type { AppConfig } from './config/config.js';
 import { ConfigModule } from './config/config.module.js';
@@ -21,7 +19,7 @@ import { WorkerModule } from './worker/worker.module.js';
 export class AppModule {
   /** The API and the worker share one image and one module tree; ROLE picks which halves boot. */
   static forRole(config: AppConfig): DynamicModule {
-    const foundation = [ConfigModule.forRoot(config), LoggerModule.forRoot(loggerParams(config)), DatabaseModule];
+    const foundation = [ConfigModule.forRoot(config), DatabaseModule];
     // Booting the database module applies the pending migrations: all that this role is for.
     if (config.role === 'migrate') return { module: AppModule, imports: foundation };
     const api = config.runsApi ? [AuthModule, CatalogModule, ContractModule, GenerationModule, HistoryModule, MediaApiModule] : [];

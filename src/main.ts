@@ -1,11 +1,9 @@
 import 'reflect-metadata';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
-import { Logger } from 'nestjs-pino';
 import { AppModule } from './app.module.js';
-import { requestId } from './common/logging.js';
+import { createRootLogger, JsonLogger, requestLogging } from './common/logging.js';
 import { DOCS_ROUTE, hardenHttp } from './common/security.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
 import { Contract } from './contract/contract.js';
@@ -15,16 +13,14 @@ import { assertRedisReachable } from './redis/redis.js';
 
 async function bootstrap(config: AppConfig): Promise<void> {
   await assertRedisReachable(config.redisUrl);
-  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), { bufferLogs: true });
-  app.useLogger(app.get(Logger));
+  const logger = new JsonLogger(createRootLogger(config));
+  // Nest's default parsers would also parse forms on every route; the one JSON body is feedback's.
+  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), { logger, bodyParser: false });
   app.disable('x-powered-by');
-  // First in the chain, so answers made before Nest's middleware runs (an unparsable body, Swagger UI) carry one.
-  app.use((request: IncomingMessage, response: ServerResponse, next: () => void) => {
-    requestId(request, response);
-    next();
-  });
+  app.use(requestLogging(logger.pino));
   app.use(httpMetrics(app.get(Metrics)));
   hardenHttp(app, config);
+  app.useBodyParser('json');
   // process.exit(0) after the shutdown hooks, instead of re-raising the signal: SIGTERM ends with exit code 0.
   app.enableShutdownHooks([], { useProcessExit: true });
   if (config.runsApi) {
@@ -34,14 +30,14 @@ async function bootstrap(config: AppConfig): Promise<void> {
     });
   }
   await app.listen(config.port, config.host);
-  app.get(Logger).log(`Serving role "${config.role}" on ${config.publicBaseUrl}`, 'Bootstrap');
+  logger.log(`Serving role "${config.role}" on ${config.publicBaseUrl}`, 'Bootstrap');
 }
 
 /** ROLE=migrate: applies pending migrations (under the advisory lock every role takes at boot) and exits. */
 async function migrate(config: AppConfig): Promise<void> {
-  const app = await NestFactory.createApplicationContext(AppModule.forRole(config), { bufferLogs: true });
-  app.useLogger(app.get(Logger));
-  app.get(Logger).log('The database schema is up to date', 'Migrate');
+  const logger = new JsonLogger(createRootLogger(config));
+  const app = await NestFactory.createApplicationContext(AppModule.forRole(config), { logger });
+  logger.log('The database schema is up to date', 'Migrate');
   await app.close();
 }
 

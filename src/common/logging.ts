@@ -1,47 +1,102 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Params } from 'nestjs-pino';
+import type { LoggerService } from '@nestjs/common';
+import { type Level, type Logger as Pino, pino } from 'pino';
 import { containsApiKey, maskApiKeys } from '../auth/api-key.js';
 import type { AppConfig } from '../config/config.js';
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
-/**
- * A client's own X-Request-Id is kept when it is sane, so one id follows a request across systems.
- * The first call for a request decides (main.ts calls it before any parser or route, the logger again).
- */
-export function requestId(request: IncomingMessage, response: ServerResponse): string {
-  const assigned = (request as IncomingMessage & { id?: unknown }).id;
-  if (typeof assigned === 'string') return assigned;
+type Request = IncomingMessage & { id?: string };
+
+/** A client's own X-Request-Id is kept when it is sane, so one id follows a request across systems. */
+function assignRequestId(request: Request, response: ServerResponse): void {
   const incoming = request.headers['x-request-id'];
   // An id shaped like an API key would put a key into every log line of the request.
   const sane = typeof incoming === 'string' && CLIENT_REQUEST_ID.test(incoming) && !containsApiKey(incoming);
   const id = sane ? incoming : randomUUID();
-  (request as IncomingMessage & { id?: string }).id = id;
+  request.id = id;
   response.setHeader('X-Request-Id', id);
-  return id;
 }
 
-export function loggerParams(config: AppConfig): Params {
-  return {
-    pinoHttp: {
-      level: config.logLevel,
-      genReqId: requestId,
-      // Keys and anything that could carry one never reach a log line.
-      redact: {
-        paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["idempotency-key"]', 'req.query'],
-        remove: true,
-      },
-      serializers: {
-        req: (req: { id: string; method: string; url: string }) => ({
-          id: req.id,
-          method: req.method,
-          // A client that puts its key in the path must not get it logged either.
-          url: maskApiKeys(req.url.split('?')[0]),
-        }),
-      },
-      customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),
-      autoLogging: { ignore: (req) => req.url?.startsWith('/health/') ?? false },
-    },
+/** One JSON line per event on stdout; everything in the process logs through this one instance. */
+export function createRootLogger(config: Pick<AppConfig, 'logLevel'>): Pino {
+  return pino({ level: config.logLevel });
+}
+
+/**
+ * The first middleware (main.ts), so every answer carries an X-Request-Id, also those made before routing
+ * (an unparsable body, Swagger UI).
+ *
+ * It logs one line per answered request when the response is finished or the connection is gone, naming
+ * the request by id, method and path only: no headers, no query string (either may carry a key, and a key
+ * a client put into the path is masked). Health probes are not logged. No child logger per request: a
+ * request costs a listener and, only when `info` is enabled, one line.
+ */
+export function requestLogging(logger: Pino) {
+  return (request: Request, response: ServerResponse, next: () => void): void => {
+    assignRequestId(request, response);
+    if (request.url?.startsWith('/health/')) return next();
+    const started = performance.now();
+    response.once('close', () => {
+      const failed = response.statusCode >= 500 || !response.writableFinished;
+      const level: Level = failed ? 'error' : 'info';
+      if (!logger.isLevelEnabled(level)) return;
+      logger[level](
+        {
+          req: { id: request.id, method: request.method, url: maskApiKeys((request.url ?? '').split('?')[0]) },
+          res: { statusCode: response.statusCode },
+          responseTime: Math.round(performance.now() - started),
+        },
+        response.writableFinished ? 'request completed' : 'request aborted',
+      );
+    });
+    next();
   };
+}
+
+const NEST_LEVELS = {
+  fatal: 'fatal',
+  error: 'error',
+  warn: 'warn',
+  log: 'info',
+  debug: 'debug',
+  verbose: 'trace',
+} as const satisfies Record<string, Level>;
+
+/**
+ * Nest's logger interface over pino. Nest's `Logger` passes the class's context as the last argument;
+ * `logger.error({ err }, 'text')` logs the object's fields, and Nest's own exception handlers'
+ * `(message, stack)` becomes one error with its stack.
+ */
+export class JsonLogger implements LoggerService {
+  constructor(readonly pino: Pino) {}
+
+  fatal = this.at('fatal');
+  error = this.at('error');
+  warn = this.at('warn');
+  log = this.at('log');
+  debug = this.at('debug');
+  verbose = this.at('verbose');
+
+  private at(method: keyof typeof NEST_LEVELS) {
+    const level = NEST_LEVELS[method];
+    return (message: unknown, ...params: unknown[]): void => {
+      if (!this.pino.isLevelEnabled(level)) return;
+      const fields: Record<string, unknown> = {};
+      if (params.length > 0) fields.context = params.pop();
+      if (message instanceof Error) {
+        fields.err = message;
+        this.pino[level](fields, message.message);
+      } else if (typeof message === 'object' && message !== null) {
+        this.pino[level]({ ...fields, ...message }, ...(params as [string?]));
+      } else if (level === 'error' && typeof params[0] === 'string' && /\n\s*at /.test(params[0])) {
+        const err = new Error(String(message));
+        err.stack = params[0];
+        this.pino[level]({ ...fields, err }, String(message));
+      } else {
+        this.pino[level](fields, String(message), ...params);
+      }
+    };
+  }
 }

@@ -11,12 +11,15 @@ export class ProblemFilter implements ExceptionFilter {
   private readonly logger = new Logger('ProblemFilter');
 
   catch(exception: unknown, host: ArgumentsHost): void {
-    const response = host.switchToHttp().getResponse<Response>();
+    const http = host.switchToHttp();
+    const response = http.getResponse<Response>();
     const error = toDomainError(exception);
+    // The request id ties the line to the access log line and to what the client was answered.
+    const reqId = http.getRequest<{ id?: string }>().id;
     if (error.code === 'internal_error') {
-      this.logger.error({ err: exception }, 'unhandled error');
+      this.logger.error({ err: exception, reqId }, 'unhandled error');
     } else if (error.code === 'service_unavailable') {
-      this.logger.warn({ err: exception }, 'backing service unavailable');
+      this.logger.warn({ err: exception, reqId }, 'backing service unavailable');
     }
     if (response.headersSent) {
       response.destroy();

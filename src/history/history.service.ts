@@ -5,6 +5,7 @@ import type { Queue } from 'bull';
 import { DataSource } from 'typeorm';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
+import { queryPrepared } from '../database/data-source.js';
 import { GENERATION_QUEUE } from '../generation/generation.queue.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
@@ -32,8 +33,7 @@ export class HistoryService {
   }
 
   async get(userId: string, id: string): Promise<HistoryItemDto> {
-    const sql = historyItemSql(userId, id);
-    const [item] = (await this.dataSource.query(sql.text, sql.values)) as HistoryListRow[];
+    const [item] = await queryPrepared<HistoryListRow>(this.dataSource, historyItemSql(userId, id));
     if (!item) throw notFound();
     return HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
   }

@@ -1,3 +1,4 @@
+import type { PreparedStatement } from '../database/data-source.js';
 import type { HistoryItem, JobStatus } from './history-item.entity.js';
 
 export interface HistoryQuery {
@@ -24,8 +25,12 @@ const ROW_COLUMNS = `h.id, h.tool, h.generation_type AS "generationType", h.stat
        h.created_at AS "createdAt", h.updated_at AS "updatedAt", h.completed_at AS "completedAt"`;
 
 /** One item of a user's history, by id; the most frequent query of all (clients poll it). */
-export function historyItemSql(userId: string, id: string): SqlStatement {
-  return { text: `SELECT ${ROW_COLUMNS} FROM history_items h WHERE h.id = $1 AND h.user_id = $2`, values: [id, userId] };
+export function historyItemSql(userId: string, id: string): PreparedStatement {
+  return {
+    name: 'history-item',
+    text: `SELECT ${ROW_COLUMNS} FROM history_items h WHERE h.id = $1 AND h.user_id = $2`,
+    values: [id, userId],
+  };
 }
 
 /**

@@ -1,0 +1,147 @@
+import { EventEmitter } from 'node:events';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Writable } from 'node:stream';
+import { Logger } from '@nestjs/common';
+import { pino } from 'pino';
+import { JsonLogger, requestLogging } from './logging.js';
+
+/** A pino logger at `level` whose lines are collected, parsed. */
+function capture(level = 'trace') {
+  const lines: Record<string, unknown>[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(JSON.parse(chunk.toString()) as Record<string, unknown>);
+      done();
+    },
+  });
+  return { logger: pino({ level }, stream), lines };
+}
+
+/** The request and response objects the middleware sees, enough of them for it. */
+function exchange(url: string, headers: Record<string, string> = {}) {
+  const request = { url, method: 'GET', headers } as unknown as IncomingMessage & { id?: string };
+  const sent: Record<string, unknown> = {};
+  const response = Object.assign(new EventEmitter(), {
+    statusCode: 200,
+    writableFinished: false,
+    setHeader: (name: string, value: unknown) => (sent[name.toLowerCase()] = value),
+  });
+  const finish = (statusCode: number) => {
+    response.statusCode = statusCode;
+    response.writableFinished = true;
+    response.emit('close');
+  };
+  return { request, response: response as unknown as ServerResponse, sent, finish, abort: () => response.emit('close') };
+}
+
+const flush = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('JsonLogger', () => {
+  afterEach(() => Logger.overrideLogger(false));
+
+  it("writes Nest's logger calls as JSON lines with the class as context", async () => {
+    const { logger, lines } = capture();
+    Logger.overrideLogger(new JsonLogger(logger));
+    const sut = new Logger('Worker');
+
+    sut.log('started');
+    sut.warn({ id: 'a1', attempt: 2 }, 'job attempt failed');
+    sut.verbose('details');
+    await flush();
+
+    expect(lines).toEqual([
+      expect.objectContaining({ level: 30, context: 'Worker', msg: 'started' }),
+      expect.objectContaining({ level: 40, context: 'Worker', id: 'a1', attempt: 2, msg: 'job attempt failed' }),
+      expect.objectContaining({ level: 10, context: 'Worker', msg: 'details' }),
+    ]);
+  });
+
+  it("keeps the stack of Nest's own (message, stack, context) errors", async () => {
+    const { logger, lines } = capture();
+
+    new JsonLogger(logger).error('boom', 'Error: boom\n    at handler (app.js:1:1)', 'ExceptionsHandler');
+    await flush();
+
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: 50,
+        context: 'ExceptionsHandler',
+        msg: 'boom',
+        err: expect.objectContaining({ message: 'boom', stack: 'Error: boom\n    at handler (app.js:1:1)' }),
+      }),
+    ]);
+  });
+
+  it('writes nothing below its level', async () => {
+    const { logger, lines } = capture('warn');
+    const sut = new JsonLogger(logger);
+
+    sut.log('info line', 'Ctx');
+    sut.debug({ id: 1 }, 'debug line', 'Ctx');
+    await flush();
+
+    expect(lines).toEqual([]);
+  });
+});
+
+describe('requestLogging', () => {
+  it('gives every request an id and logs its method, path and status once it is answered', async () => {
+    const { logger, lines } = capture('info');
+    const { request, response, sent, finish } = exchange('/user/generation-history?page=2');
+
+    requestLogging(logger)(request, response, () => {});
+    finish(200);
+    await flush();
+
+    expect(sent['x-request-id']).toEqual(request.id);
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: 30,
+        msg: 'request completed',
+        req: { id: request.id, method: 'GET', url: '/user/generation-history' },
+        res: { statusCode: 200 },
+        responseTime: expect.any(Number),
+      }),
+    ]);
+  });
+
+  it("keeps a client's sane X-Request-Id and replaces one shaped like an API key", () => {
+    const { logger } = capture('info');
+    const sane = exchange('/generation/tools', { 'x-request-id': 'trace-42' });
+    const keyLike = exchange('/generation/tools', { 'x-request-id': `igs_${'a'.repeat(40)}` });
+
+    requestLogging(logger)(sane.request, sane.response, () => {});
+    requestLogging(logger)(keyLike.request, keyLike.response, () => {});
+
+    expect(sane.sent['x-request-id']).toBe('trace-42');
+    expect(keyLike.sent['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it('masks a key put into the path, and logs 5xx answers and dropped connections as errors', async () => {
+    const { logger, lines } = capture('info');
+    const failed = exchange(`/user/generation-history/igs_${'b'.repeat(40)}`);
+    const dropped = exchange('/generation/generate_image_v2/');
+
+    requestLogging(logger)(failed.request, failed.response, () => {});
+    requestLogging(logger)(dropped.request, dropped.response, () => {});
+    failed.finish(503);
+    dropped.abort();
+    await flush();
+
+    expect(lines).toEqual([
+      expect.objectContaining({ level: 50, msg: 'request completed', req: expect.objectContaining({ url: '/user/generation-history/igs_[masked]' }) }),
+      expect.objectContaining({ level: 50, msg: 'request aborted', req: expect.objectContaining({ url: '/generation/generate_image_v2/' }) }),
+    ]);
+  });
+
+  it('does not log health probes', async () => {
+    const { logger, lines } = capture('info');
+    const probe = exchange('/health/ready');
+
+    requestLogging(logger)(probe.request, probe.response, () => {});
+    probe.finish(200);
+    await flush();
+
+    expect(lines).toEqual([]);
+  });
+});
