@@ -7,9 +7,10 @@ import { HistoryCount } from '../history/history-count.entity.js';
 import { HistoryItem } from '../history/history-item.entity.js';
 import { Initial1795292142970 } from './migrations/1795292142970-Initial.js';
 import { HistoryCounts1795296939184 } from './migrations/1795296939184-HistoryCounts.js';
+import { CreateHistoryItem1795301680431 } from './migrations/1795301680431-CreateHistoryItem.js';
 
 export const ENTITIES = [User, ApiKey, HistoryItem, HistoryCount];
-export const MIGRATIONS = [Initial1795292142970, HistoryCounts1795296939184];
+export const MIGRATIONS = [Initial1795292142970, HistoryCounts1795296939184, CreateHistoryItem1795301680431];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */
 const MIGRATION_LOCK_ID = 7_294_310_551;

@@ -5,6 +5,7 @@ import type { Request, Response } from 'express';
 import { DataSource } from 'typeorm';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
+import { queryPrepared } from '../database/data-source.js';
 import { HistoryItem, type StoredInput } from '../history/history-item.entity.js';
 import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
@@ -12,9 +13,11 @@ import { JobAcceptedDto } from './generation.dto.js';
 import { GenerationProducer } from './generation.producer.js';
 import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
 import { CreationRateLimit } from './limits.js';
-import { fileDigest, UploadParser, type ValidUpload } from './upload.js';
+import { UploadParser, type ValidUpload } from './upload.js';
 
 const PENDING_RETRY_AFTER_SECONDS = '5';
+
+type NewHistoryItem = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'inputs' | 'texts'>;
 
 @Injectable()
 export class GenerationService {
@@ -33,13 +36,14 @@ export class GenerationService {
     const idempotencyKey = IdempotencyKeys.validate(request.headers['idempotency-key']);
     await this.rateLimit.check(userId);
     const upload = await this.uploads.parse(request, response);
+    let accepted: StoredResponse | undefined;
     try {
-      if (!idempotencyKey) return await this.accept(userId, upload);
-      const fingerprint = await fingerprintOf(upload);
+      if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
+      const fingerprint = fingerprintOf(upload);
       const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
       if (claim.kind === 'replay') return claim.response;
       try {
-        const accepted = await this.accept(userId, upload);
+        accepted = await this.accept(userId, upload);
         await this.idempotency.complete(claim.key, fingerprint, accepted);
         return accepted;
       } catch (error) {
@@ -47,7 +51,8 @@ export class GenerationService {
         throw error;
       }
     } finally {
-      await this.uploads.discard(upload);
+      // An accepted job's files were moved into the input store; an upload that made no job leaves nothing.
+      if (!accepted) await this.uploads.discard(upload);
     }
   }
 
@@ -93,33 +98,28 @@ export class GenerationService {
     };
   }
 
-  /** The count and the insert run under a per-user lock, so parallel requests cannot overshoot the limit. */
-  private async insertWithinPendingLimit(item: Partial<HistoryItem>): Promise<void> {
-    await this.dataSource.transaction(async (manager) => {
-      await manager.query('SELECT pg_advisory_xact_lock(hashtext($1))', [item.userId]);
-      const [{ pending }] = (await manager.query(
-        `SELECT count(*)::int AS pending FROM history_items WHERE user_id = $1 AND status = 'pending'`,
-        [item.userId],
-      )) as [{ pending: number }];
-      if (pending >= this.config.limitMaxPending) {
-        throw new DomainError(
-          'too_many_pending',
-          `At most ${this.config.limitMaxPending} jobs may be pending at once; wait for some to finish.`,
-          { headers: { 'Retry-After': PENDING_RETRY_AFTER_SECONDS } },
-        );
-      }
-      await manager.insert(HistoryItem, item);
+  /** Inserts the item unless the user has reached the pending limit (atomically: see `create_history_item`). */
+  private async insertWithinPendingLimit(item: NewHistoryItem): Promise<void> {
+    const [{ created }] = await queryPrepared<{ created: boolean }>(this.dataSource, {
+      name: 'create-history-item',
+      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7) AS created',
+      values: [item.id, item.userId, item.tool, item.generationType, item.inputs, item.texts, this.config.limitMaxPending],
     });
+    if (!created) {
+      throw new DomainError(
+        'too_many_pending',
+        `At most ${this.config.limitMaxPending} jobs may be pending at once; wait for some to finish.`,
+        { headers: { 'Retry-After': PENDING_RETRY_AFTER_SECONDS } },
+      );
+    }
   }
 }
 
 /** Same tool, type, texts and file contents: the same request, whatever the part order or file names. */
-async function fingerprintOf(upload: ValidUpload): Promise<string> {
-  const images = await Promise.all(
-    Object.entries(upload.images)
-      .sort(([a], [b]) => a.localeCompare(b))
-      .map(async ([name, image]) => [name, await fileDigest(image.path)]),
-  );
+function fingerprintOf(upload: ValidUpload): string {
+  const images = Object.entries(upload.images)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, image]) => [name, image.sha256]);
   const texts = Object.entries(upload.texts).sort(([a], [b]) => a.localeCompare(b));
   return createHash('sha256')
     .update(JSON.stringify({ tool: upload.tool.id, type: upload.generationType, images, texts }))

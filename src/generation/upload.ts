@@ -1,6 +1,5 @@
-import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { mkdir, open, rm } from 'node:fs/promises';
+import { createHash, type Hash, randomUUID } from 'node:crypto';
+import { mkdir, rm } from 'node:fs/promises';
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import multer, { MulterError } from 'multer';
@@ -19,6 +18,8 @@ export interface UploadedImage {
   width: number;
   height: number;
   bytes: number;
+  /** SHA-256 of the file (hex), when the request has an Idempotency-Key: part of its fingerprint. */
+  sha256?: string;
 }
 
 /** A job request that passed every check: the tool, its type and exactly the tool's inputs. */
@@ -43,7 +44,7 @@ export class UploadParser implements OnModuleInit {
 
   constructor(private readonly config: AppConfig) {
     this.multer = multer({
-      dest: config.uploadTmpDir,
+      storage: multer.diskStorage({ destination: config.uploadTmpDir, filename: probeWhileStoring }),
       limits: {
         fileSize: config.uploadMaxFileBytes,
         parts: config.uploadMaxParts,
@@ -157,7 +158,7 @@ export class UploadParser implements OnModuleInit {
     }
 
     const images: Record<string, UploadedImage> = {};
-    for (const [name, file] of imageFiles) images[name] = await this.inspectImage(name, file);
+    for (const [name, file] of imageFiles) images[name] = await this.inspectImage(name, file as ProbedFile);
     return { tool, generationType, images, texts };
   }
 
@@ -165,8 +166,9 @@ export class UploadParser implements OnModuleInit {
    * Identifies the file by its bytes and reads its size from the header alone: nothing is decoded here,
    * so a decompression bomb costs a header read.
    */
-  private async inspectImage(field: string, file: Express.Multer.File): Promise<UploadedImage> {
-    const format = await sniffFormat(file.path, file.size);
+  private async inspectImage(field: string, file: ProbedFile): Promise<UploadedImage> {
+    const { probe } = file;
+    const format = formatOf(probe.head, probe.tail, file.size);
     if (!format) {
       throw new DomainError(
         'unsupported_media_type',
@@ -202,15 +204,40 @@ export class UploadParser implements OnModuleInit {
         { errors: [{ field, message: `at most ${imageMaxSide} px a side and ${imageMaxPixels} pixels` }] },
       );
     }
-    return { path: file.path, format, width, height, bytes: file.size };
+    return { path: file.path, format, width, height, bytes: file.size, sha256: probe.hash?.digest('hex') };
   }
 }
 
-/** SHA-256 of a file, streamed: part of an idempotent request's fingerprint. */
-export async function fileDigest(path: string): Promise<string> {
-  const hash = createHash('sha256');
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  return hash.digest('hex');
+const HEAD_BYTES = 16;
+const TAIL_BYTES = 64;
+
+/** What a file part's bytes said on their way to disk: enough to check its format without reading it back. */
+export class Probe {
+  head: Buffer = Buffer.alloc(0);
+  tail: Buffer = Buffer.alloc(0);
+
+  constructor(readonly hash: Hash | undefined) {}
+
+  see(chunk: Buffer): void {
+    if (this.head.length < HEAD_BYTES) this.head = Buffer.concat([this.head, chunk.subarray(0, HEAD_BYTES)]).subarray(0, HEAD_BYTES);
+    this.tail =
+      chunk.length >= TAIL_BYTES ? chunk.subarray(chunk.length - TAIL_BYTES) : Buffer.concat([this.tail, chunk]).subarray(-TAIL_BYTES);
+    this.hash?.update(chunk);
+  }
+}
+
+type ProbedFile = Express.Multer.File & { probe: Probe };
+
+/**
+ * multer's `filename` hook, which runs just before the part is piped to its file: the probe listens to the
+ * same stream, so the file's first and last bytes (and its digest, for an idempotent request) are known
+ * once it is stored, without opening it again.
+ */
+function probeWhileStoring(request: Request, file: Express.Multer.File, callback: (error: null, name: string) => void): void {
+  const probe = new Probe(request.headers['idempotency-key'] === undefined ? undefined : createHash('sha256'));
+  (file as ProbedFile).probe = probe;
+  file.stream.on('data', (chunk: Buffer) => probe.see(chunk));
+  callback(null, randomUUID());
 }
 
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -221,29 +248,20 @@ const PNG_END = Buffer.from([0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82]);
  * with its end-of-image marker, a WebP must be as long as its RIFF header says. A cut-off upload is
  * refused here instead of failing later in a worker.
  */
-async function sniffFormat(path: string, size: number): Promise<ImageFormat | undefined> {
-  if (size < 16) return undefined;
-  const handle = await open(path, 'r');
-  try {
-    const head = Buffer.alloc(16);
-    await handle.read(head, 0, 16, 0);
-    const tail = Buffer.alloc(Math.min(size, 64));
-    await handle.read(tail, 0, tail.length, size - tail.length);
-    if (head.subarray(0, 8).equals(PNG_SIGNATURE)) {
-      return tail.subarray(tail.length - 8).equals(PNG_END) ? 'png' : undefined;
-    }
-    if (head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) {
-      // Some cameras pad after the end-of-image marker; look for it near the end.
-      for (let i = tail.length - 2; i >= 0; i--) if (tail[i] === 0xff && tail[i + 1] === 0xd9) return 'jpeg';
-      return undefined;
-    }
-    if (head.toString('latin1', 0, 4) === 'RIFF' && head.toString('latin1', 8, 12) === 'WEBP') {
-      return head.readUInt32LE(4) + 8 <= size ? 'webp' : undefined;
-    }
-    return undefined;
-  } finally {
-    await handle.close();
+export function formatOf(head: Buffer, tail: Buffer, size: number): ImageFormat | undefined {
+  if (size < HEAD_BYTES) return undefined;
+  if (head.subarray(0, 8).equals(PNG_SIGNATURE)) {
+    return tail.subarray(tail.length - 8).equals(PNG_END) ? 'png' : undefined;
   }
+  if (head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) {
+    // Some cameras pad after the end-of-image marker; look for it near the end.
+    for (let i = tail.length - 2; i >= 0; i--) if (tail[i] === 0xff && tail[i + 1] === 0xd9) return 'jpeg';
+    return undefined;
+  }
+  if (head.toString('latin1', 0, 4) === 'RIFF' && head.toString('latin1', 8, 12) === 'WEBP') {
+    return head.readUInt32LE(4) + 8 <= size ? 'webp' : undefined;
+  }
+  return undefined;
 }
 
 function multipartError(error: unknown, config: AppConfig): DomainError {
