@@ -61,8 +61,12 @@ export class LocalObjectStore extends ObjectStore {
   async putFile(key: string, sourcePath: string): Promise<void> {
     const path = this.pathOf(key);
     try {
-      await mkdir(dirname(path), { recursive: true });
-      await rename(sourcePath, path);
+      // The folder is made by the first file of a job only: later ones go straight in.
+      await rename(sourcePath, path).catch(async (error: NodeJS.ErrnoException) => {
+        if (error.code !== 'ENOENT') throw error;
+        await mkdir(dirname(path), { recursive: true });
+        await rename(sourcePath, path);
+      });
     } catch (error) {
       // Uploads may sit on another file system than the store: copy, then swap in atomically.
       if ((error as NodeJS.ErrnoException).code !== 'EXDEV') throw error;

@@ -22,6 +22,10 @@ export interface ObjectAnalysis {
   silhouette: Plane;
   /** False when the background was not plain: the object is then the whole image. */
   reliable: boolean;
+  /** The keying of the whole input at its own size, when the analysis copy was the input itself. */
+  fullKey?: KeyResult;
+  /** The keying options, used again by {@link cutoutAt}. */
+  options: KeyOptions;
 }
 
 export interface Cutout {
@@ -52,12 +56,18 @@ export async function analyseObject(image: RawImage, options: KeyOptions = {}): 
         bottom: min(image.height, ceil(key.box.bottom * sy)),
       }
     : { left: 0, top: 0, right: image.width, bottom: image.height };
-  return { box, silhouette: cropPlane(key.alpha, key.box), reliable: key.reliable };
+  return {
+    box,
+    silhouette: cropPlane(key.alpha, key.box),
+    reliable: key.reliable,
+    fullKey: small === image ? key : undefined,
+    options,
+  };
 }
 
 /** The analysed object cut out with its box drawn at exactly width x height. */
-export async function cutoutAt(image: RawImage, analysis: ObjectAnalysis, width: number, height: number, options: KeyOptions = {}): Promise<Cutout> {
-  const { box } = analysis;
+export async function cutoutAt(image: RawImage, analysis: ObjectAnalysis, width: number, height: number): Promise<Cutout> {
+  const { box, options } = analysis;
   const boxW = box.right - box.left;
   const boxH = box.bottom - box.top;
   const sx = width / boxW;
@@ -78,16 +88,27 @@ export async function cutoutAt(image: RawImage, analysis: ObjectAnalysis, width:
   const regionH = region.bottom - region.top;
   const outW = max(1, round(regionW * sx));
   const outH = max(1, round(regionH * sy));
-  const resampled = await toRawImage(
-    fromRaw(image)
-      .extract({ left: region.left, top: region.top, width: regionW, height: regionH })
-      .resize(outW, outH, { fit: 'fill' }),
-  );
-  const key: KeyResult = keyBackground(resampled, options);
-  const rgba = key.reliable
-    ? extractForeground(resampled, key, { left: 0, top: 0, right: outW, bottom: outH })
-    : featherEllipse(extractForeground(resampled, key));
-  return { image: rgba, left: round((box.left - region.left) * sx), top: round((box.top - region.top) * sy) };
+  const left = round((box.left - region.left) * sx);
+  const top = round((box.top - region.top) * sy);
+  const extract = fromRaw(image).extract({ left: region.left, top: region.top, width: regionW, height: regionH });
+  if (outW > regionW && outH > regionH) {
+    // Drawn larger than the input has pixels: keying an enlarged copy would find no edge the input lacks, and
+    // keying costs per pixel. Keyed at the input's size (the analysis did that already for an input no larger
+    // than its copy), the cut-out is enlarged (alpha premultiplied).
+    const cut = analysis.fullKey?.reliable
+      ? { image: extractForeground(image, analysis.fullKey, region), reliable: true }
+      : keyed(await toRawImage(extract), options);
+    const enlarged = await toRawImage(fromRaw(cut.image).resize(outW, outH, { fit: 'fill' }));
+    return { image: cut.reliable ? enlarged : featherEllipse(enlarged), left, top };
+  }
+  const cut = keyed(await toRawImage(extract.resize(outW, outH, { fit: 'fill' })), options);
+  return { image: cut.reliable ? cut.image : featherEllipse(cut.image), left, top };
+}
+
+/** The whole of `image` with its background keyed out (opaque when the background is not plain). */
+function keyed(image: RawImage, options: KeyOptions): { image: RawImage; reliable: boolean } {
+  const key: KeyResult = keyBackground(image, options);
+  return { image: extractForeground(image, key, { left: 0, top: 0, right: image.width, bottom: image.height }), reliable: key.reliable };
 }
 
 /** Longest side keyed directly by {@link objectMask}; larger images are keyed on a reduced copy. */

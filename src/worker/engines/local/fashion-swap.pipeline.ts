@@ -51,7 +51,7 @@ async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): P
   fit.scaleY *= bound;
   const width = max(1, round(garment.silhouette.width * fit.scaleX));
   const height = max(1, round(garment.silhouette.height * fit.scaleY));
-  const cut = await cutoutAt(clothes, garment, width, height, keyOptions);
+  const cut = await cutoutAt(clothes, garment, width, height);
   ctx.checkpoint();
   const left = round(body.centreX - fit.anchorX * fit.scaleX) - cut.left;
   const top = round(fit.top) - cut.top;
