@@ -143,6 +143,8 @@ export async function createBenchEnv(label = 'bench') {
     startService: (extra = {}, options = {}) => startService(env, extra, options),
     /** Starts a plain Node script (a baseline server) as a tracked child process. */
     startScript: (script, extra = {}, options = {}) => startScript(env, script, extra, options),
+    /** Runs a plain Node script (a baseline that is not a server) to its end; resolves with its output. */
+    runScript: (script, extra = {}, options = {}) => runScript(script, extra, options),
     dispose: undefined,
   };
   env.dispose = onCleanup(async () => {
@@ -280,6 +282,33 @@ export async function startScript(env, script, extra = {}, { nodeArgs = [], time
   });
   await handle.ready;
   return handle;
+}
+
+/**
+ * Runs a bench-owned script to its end with HOST plus `extra` as its environment. Resolves with
+ * { stdout }; rejects when it fails or outlives `timeoutMs` (it is then killed).
+ */
+export function runScript(script, extra = {}, { timeoutMs = 300_000 } = {}) {
+  if (signalled) throw new Error('interrupted: not starting anything more');
+  const child = spawn(process.execPath, [script], {
+    env: { PATH: process.env.PATH, HOST, ...extra },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: ROOT,
+  });
+  children.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk) => (stdout += chunk));
+  child.stderr.on('data', (chunk) => (stderr += chunk));
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      children.delete(child);
+      if (code === 0) resolve({ stdout });
+      else reject(new Error(`${script.split('/').pop()} ended with ${code ?? signal}:\n${stderr.slice(-4000)}`));
+    });
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 /**
- * worker: throughput of a ROLE=worker process against the bare engine work. N fashion_swap jobs (1024x1024
- * inputs) are queued through the API (ROLE=api, which is then stopped), then a worker is started and timed
- * until every item is complete. Baseline: an in-process loop running LocalEngine.generate + renderOutputs
- * from dist/ on the same N inputs with the same concurrency as WORKER_CONCURRENCY.
+ * worker: steady-state throughput of a ROLE=worker process against the bare engine work. W + N fashion_swap
+ * jobs (1024x1024 inputs) are queued through the API (ROLE=api, which is then stopped), then a worker is
+ * started; the first W jobs warm it up (the engines' pixel loops are compiled by V8 as they run, which takes
+ * some jobs), and it is timed from the W-th item written complete to the last. Baseline: an in-process loop
+ * running LocalEngine.generate + renderOutputs from dist/ on the same inputs with the same concurrency as
+ * WORKER_CONCURRENCY, timed the same way after the same warm-up, in a fresh process like the worker.
  *
- * The worker's time runs from its first job turning active (seen in Bull's active list) to the last item
- * written complete, so its boot (printed apart) is not counted. Both sides run twice, alternating; the best
- * round of each is compared.
+ * The worker's boot and the time to its first job are printed apart. Both sides run twice, alternating;
+ * the best round of each is compared.
  */
 import { Redis } from 'ioredis';
 import pg from 'pg';
@@ -15,7 +16,6 @@ import {
   cpuMs,
   createUserWithKey,
   fmtMs,
-  fromDist,
   keepAliveAgent,
   log,
   makePhoto,
@@ -27,12 +27,13 @@ import {
 } from '../lib.mjs';
 
 const JOBS = 40;
+const WARMUP_JOBS = 10;
 const CONCURRENCY = 2; // the service's default WORKER_CONCURRENCY, set explicitly for both sides
 const SIDE = 1024;
 const TIMEOUT_MS = 180_000;
 const ROUNDS = 2;
 
-export const description = `${JOBS} fashion_swap jobs (${SIDE}x${SIDE}): ROLE=worker jobs/s vs in-process LocalEngine + renderOutputs, concurrency ${CONCURRENCY}`;
+export const description = `${WARMUP_JOBS} + ${JOBS} fashion_swap jobs (${SIDE}x${SIDE}): ROLE=worker jobs/s vs in-process LocalEngine + renderOutputs, concurrency ${CONCURRENCY}`;
 
 export async function run() {
   const [clothes, person] = await Promise.all([makePhoto('clothes', SIDE, SIDE), makePhoto('person', SIDE, SIDE)]);
@@ -54,7 +55,7 @@ export async function run() {
     // The two sides alternate, twice, and the best round of each counts: other work on the machine only
     // ever slows a round down, so the best one is the closest to the real cost.
     for (let round = 1; round <= ROUNDS; round++) {
-      const baseline = await engineLoop({ clothes, person });
+      const baseline = await engineLoop(env);
       baselines.push(baseline.jobsPerSecond);
       baselineCpu.push(baseline.cpuMsPerJob);
       log(`  round ${round}, in-process engine: ${JOBS} jobs in ${(baseline.ms / 1000).toFixed(2)} s = ${baseline.jobsPerSecond.toFixed(2)} jobs/s`);
@@ -63,7 +64,7 @@ export async function run() {
       const api = await env.startService({ ROLE: 'api', LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' });
       authorization ??= (await createUserWithKey(env.databaseUrl)).authorization;
       const agent = keepAliveAgent(4);
-      for (let i = 0; i < JOBS; i++) {
+      for (let i = 0; i < WARMUP_JOBS + JOBS; i++) {
         const { status, body } = await request(agent, {
           url: `${api.baseUrl}/generation/generate_image_v2/`,
           method: 'POST',
@@ -76,12 +77,12 @@ export async function run() {
       await api.stop();
       if (round === 1) await db.connect();
 
-      const worker = await timeWorker(env, redis, db, JOBS * round);
+      const worker = await timeWorker(env, redis, db, (WARMUP_JOBS + JOBS) * (round - 1));
       workers.push(worker.jobsPerSecond);
       workerCpu.push(worker.cpuMsPerJob);
       log(
         `  round ${round}, worker: boot to first active job ${fmtMs(worker.bootMs)}; ${JOBS} jobs in ${(worker.workMs / 1000).toFixed(2)} s = ` +
-          `${worker.jobsPerSecond.toFixed(2)} jobs/s (${worker.withBoot.toFixed(2)} jobs/s counting boot)`,
+          `${worker.jobsPerSecond.toFixed(2)} jobs/s after ${WARMUP_JOBS} warm-up jobs (${worker.withBoot.toFixed(2)} jobs/s for all, counting boot)`,
       );
     }
 
@@ -107,71 +108,69 @@ export async function run() {
   }
 }
 
-/** Starts a worker and times it from its first active job until `finishedTarget` items are final. */
-async function timeWorker(env, redis, db, finishedTarget) {
+/**
+ * Starts a worker and times it from the moment `before + WARMUP_JOBS` items are final until
+ * `before + WARMUP_JOBS + JOBS` are.
+ */
+async function timeWorker(env, redis, db, before) {
   const spawned = performance.now();
   const worker = await env.startService({ ROLE: 'worker', WORKER_CONCURRENCY: String(CONCURRENCY) }, { wait: false });
   const activeKey = `${env.redisPrefix}:bull:generation:active`;
   let firstActive;
+  let warm;
   let done;
-  let cpuAtFirst;
+  let cpuAtWarm;
   let cpuAtDone;
   let finished = 0;
   const deadline = Date.now() + TIMEOUT_MS;
   while (Date.now() < deadline) {
     if (worker.child.exitCode !== null) throw new Error(`worker exited:\n${worker.output()}`);
-    if (firstActive === undefined && (await redis.llen(activeKey)) > 0) {
-      firstActive = performance.now();
-      cpuAtFirst = cpuMs(worker.pid);
-    }
+    if (firstActive === undefined && (await redis.llen(activeKey)) > 0) firstActive = performance.now();
     const { rows } = await db.query(
       `SELECT count(*) FILTER (WHERE status <> 'pending')::int AS finished,
               count(*) FILTER (WHERE status = 'error')::int AS failed
          FROM history_items`,
     );
-    finished = rows[0].finished;
-    if (finished > finishedTarget - JOBS && firstActive === undefined) {
-      firstActive = performance.now(); // missed between polls
-      cpuAtFirst = cpuMs(worker.pid);
+    finished = rows[0].finished - before;
+    if (warm === undefined && finished >= WARMUP_JOBS) {
+      warm = { at: performance.now(), finished };
+      cpuAtWarm = cpuMs(worker.pid);
     }
-    if (finished >= finishedTarget) {
+    if (finished >= WARMUP_JOBS + JOBS) {
       done = performance.now();
       cpuAtDone = cpuMs(worker.pid);
       if (rows[0].failed > 0) log(`  warning: ${rows[0].failed} jobs ended in error`);
       break;
     }
-    await sleep(firstActive === undefined ? 5 : 20);
+    await sleep(firstActive === undefined ? 5 : 10);
   }
   await worker.ready.catch(() => {});
   await worker.stop();
-  if (done === undefined) throw new Error(`the worker finished ${finished}/${finishedTarget} jobs in ${TIMEOUT_MS / 1000} s`);
-  const workMs = done - firstActive;
+  if (done === undefined) {
+    throw new Error(`the worker finished ${finished}/${WARMUP_JOBS + JOBS} jobs in ${TIMEOUT_MS / 1000} s`);
+  }
+  // Jobs finished between the poll that saw the warm-up end and that moment count in the window.
+  const timed = WARMUP_JOBS + JOBS - warm.finished;
+  const workMs = done - warm.at;
   return {
-    bootMs: firstActive - spawned,
+    bootMs: (firstActive ?? warm.at) - spawned,
     workMs,
-    jobsPerSecond: JOBS / (workMs / 1000),
-    withBoot: JOBS / ((done - spawned) / 1000),
-    cpuMsPerJob: (cpuAtDone - cpuAtFirst) / JOBS,
+    jobsPerSecond: timed / (workMs / 1000),
+    withBoot: (WARMUP_JOBS + JOBS) / ((done - spawned) / 1000),
+    cpuMsPerJob: (cpuAtDone - cpuAtWarm) / timed,
   };
 }
 
-/** N jobs' engine work with CONCURRENCY loops pulling from one counter, as Bull's processor does. */
-async function engineLoop(images) {
-  const { LocalEngine } = await fromDist('worker/engines/local/index.js');
-  const { renderOutputs } = await fromDist('worker/renderer.js');
-  const engine = new LocalEngine({ limitInputPixels: 40_000_000 });
-  let next = 0;
-  const cpuBefore = process.cpuUsage();
-  const started = performance.now();
-  const loop = async () => {
-    while (next < JOBS) {
-      next++;
-      const result = await engine.generate({ tool: 'fashion_swap', generationType: 'fashion_swap_full', images, texts: {} });
-      await renderOutputs(result, 40_000_000);
-    }
-  };
-  await Promise.all(Array.from({ length: CONCURRENCY }, loop));
-  const ms = performance.now() - started;
-  const cpu = process.cpuUsage(cpuBefore);
-  return { ms, jobsPerSecond: JOBS / (ms / 1000), cpuMsPerJob: (cpu.user + cpu.system) / 1000 / JOBS };
+/**
+ * The same work without the service: CONCURRENCY loops pulling from one counter, as Bull's processor does,
+ * in a fresh process (baselines/engine-loop.mjs), timed after the same warm-up.
+ */
+async function engineLoop(env) {
+  const loop = await env.runScript(new URL('../baselines/engine-loop.mjs', import.meta.url).pathname, {
+    JOBS: String(JOBS),
+    WARMUP_JOBS: String(WARMUP_JOBS),
+    CONCURRENCY: String(CONCURRENCY),
+    SIDE: String(SIDE),
+  });
+  return JSON.parse(loop.stdout.trim().split('\n').pop());
 }

@@ -1,0 +1,39 @@
+/** What the service and a local-engine thread (engine-thread.ts) send each other. */
+import { type EngineImage, type EngineRequest, PermanentEngineError } from '../engine.js';
+
+/** Run one job; the thread answers with one ThreadReply. */
+export interface JobMessage {
+  type: 'job';
+  request: Omit<EngineRequest, 'signal'>;
+}
+
+/** Stop the running job at its next checkpoint, failing with `reason`. */
+export interface AbortMessage {
+  type: 'abort';
+  reason: ErrorDescription;
+}
+
+export type ThreadMessage = JobMessage | AbortMessage;
+
+export type ThreadReply = { type: 'done'; image: EngineImage } | { type: 'failed'; error: ErrorDescription };
+
+/** An error as it crosses threads: its class is lost on the way, its name and a permanent failure's code are kept. */
+export interface ErrorDescription {
+  name: string;
+  message: string;
+  permanentCode?: PermanentEngineError['code'];
+}
+
+export function describeError(error: unknown): ErrorDescription {
+  if (error instanceof PermanentEngineError) return { name: error.name, message: error.message, permanentCode: error.code };
+  if (error instanceof Error) return { name: error.name, message: error.message };
+  return { name: 'Error', message: String(error) };
+}
+
+/** The error a description stands for: a PermanentEngineError again, or an Error of the same name. */
+export function errorFrom(description: ErrorDescription): Error {
+  if (description.permanentCode) return new PermanentEngineError(description.permanentCode, description.message);
+  const error = new Error(description.message);
+  error.name = description.name;
+  return error;
+}

@@ -1,0 +1,90 @@
+/**
+ * The local engine on worker threads (the built dist/, as the worker runs it): results identical to the
+ * in-process engine, jobs side by side, and errors that keep what the processor decides by.
+ */
+import { createHash } from 'node:crypto';
+import sharp from 'sharp';
+import type { Engine, EngineImage, EngineRequest } from '../../src/worker/engines/engine.js';
+
+interface LocalEngines {
+  LocalEngine: new (options?: { limitInputPixels?: number }) => Engine;
+  ThreadedLocalEngine: new (threads: number, limitInputPixels: number) => Engine & { close(): Promise<void> };
+}
+interface EngineErrors {
+  PermanentEngineError: new (...args: never[]) => Error & { code: string };
+}
+
+const LIMIT = 40_000_000;
+const dist = (path: string) => import(new URL(`../../dist/${path}`, import.meta.url).href);
+
+let engines: LocalEngines;
+let errors: EngineErrors;
+let sut: InstanceType<LocalEngines['ThreadedLocalEngine']>;
+let clothes: Buffer;
+
+const card = (images: Record<string, Buffer> = { clothes }, signal?: AbortSignal): EngineRequest => ({
+  tool: 'fashion_card',
+  generationType: 'product_card',
+  images,
+  texts: {},
+  signal,
+});
+const digest = (image: EngineImage) => createHash('sha256').update(image.data).digest('hex');
+
+beforeAll(async () => {
+  engines = (await dist('worker/engines/local/index.js')) as LocalEngines;
+  errors = (await dist('worker/engines/engine.js')) as EngineErrors;
+  clothes = await sharp({ create: { width: 400, height: 500, channels: 3, background: '#f4f4f4' } })
+    .composite([{ input: Buffer.from('<svg width="400" height="500"><rect x="90" y="80" width="220" height="340" fill="#2a5d9f"/></svg>') }])
+    .jpeg()
+    .toBuffer();
+  sut = new engines.ThreadedLocalEngine(2, LIMIT);
+});
+
+afterAll(async () => {
+  await sut.close();
+});
+
+it('gives the very bytes of the in-process engine, for jobs run side by side', async () => {
+  const expected = await new engines.LocalEngine({ limitInputPixels: LIMIT }).generate(card());
+
+  const results = await Promise.all([1, 2, 3, 4].map(() => sut.generate(card())));
+
+  expect(results.map((result) => [result.kind, Buffer.isBuffer(result.data), digest(result)])).toEqual(
+    results.map(() => ['raw', true, digest(expected)]),
+  );
+}, 60_000);
+
+it('fails an input that does not decode as a PermanentEngineError invalid_image', async () => {
+  const failure = await sut.generate(card({ clothes: Buffer.from('not an image at all') })).catch((error: unknown) => error);
+
+  expect(failure).toBeInstanceOf(errors.PermanentEngineError);
+  expect(failure).toMatchObject({ code: 'invalid_image' });
+});
+
+it('does not start a job whose signal has fired, failing with the signal reason', async () => {
+  const controller = new AbortController();
+  const job = sut.generate(card({ clothes }, controller.signal));
+  controller.abort(new DOMException('The operation timed out.', 'TimeoutError'));
+
+  await expect(job).rejects.toMatchObject({ name: 'TimeoutError' });
+});
+
+it('stops a running job at its next step when its signal fires, and the thread keeps serving', async () => {
+  const large = await sharp({ create: { width: 3000, height: 3750, channels: 3, background: '#f4f4f4' } })
+    .composite([{ input: Buffer.from('<svg width="3000" height="3750"><rect x="700" y="600" width="1600" height="2500" fill="#2a5d9f"/></svg>') }])
+    .jpeg()
+    .toBuffer();
+  const controller = new AbortController();
+  const started = performance.now();
+  const job = sut.generate(card({ clothes: large }, controller.signal));
+  // The thread is decoding and keying 11 megapixels by now: the abort reaches it mid-job.
+  setTimeout(() => controller.abort(new Error('worker shutting down')), 50);
+
+  await expect(job).rejects.toThrow('worker shutting down');
+  const stoppedAfter = performance.now() - started;
+  const complete = performance.now();
+  await sut.generate(card({ clothes: large }));
+  expect(stoppedAfter).toBeLessThan(performance.now() - complete);
+  await expect(sut.generate(card())).resolves.toMatchObject({ kind: 'raw' });
+}, 60_000);
