@@ -540,6 +540,26 @@ export async function runLoad({ make, concurrency, durationMs, maxRequests = 1_0
   };
 }
 
+/**
+ * Closed-loop load on several servers in turn, `rounds` times (A, B, A, B...), after one warm-up each.
+ * `sides`: name -> { make, pid }. Other work on the machine only ever slows a round down, so a side's best
+ * round (most req/s) is the closest to its real cost. Returns name -> { best, rounds }, each result as
+ * runLoad's plus `cpuMsPerRequest` (the server process's CPU over the round per 2xx answer).
+ */
+export async function alternateLoads(sides, { rounds = 2, concurrency, durationMs, warmupMs }) {
+  const results = Object.fromEntries(Object.keys(sides).map((name) => [name, []]));
+  for (const { make } of Object.values(sides)) await runLoad({ make, concurrency, durationMs: warmupMs });
+  for (let round = 0; round < rounds; round++) {
+    for (const [name, { make, pid }] of Object.entries(sides)) {
+      const [result, cpu] = await withCpu(pid, () => runLoad({ make, concurrency, durationMs }));
+      results[name].push({ ...result, cpuMsPerRequest: cpu / result.ok });
+    }
+  }
+  return Object.fromEntries(
+    Object.entries(results).map(([name, list]) => [name, { best: list.reduce((a, b) => (b.rps > a.rps ? b : a)), rounds: list }]),
+  );
+}
+
 /** Nearest-rank percentile of an ascending array (NaN when empty). */
 export function percentile(sorted, p) {
   if (sorted.length === 0) return Number.NaN;
