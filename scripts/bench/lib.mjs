@@ -22,6 +22,10 @@ import sharp from 'sharp';
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const DIST = join(ROOT, 'dist');
 const MAIN = join(DIST, 'main.js');
+/** The Node flags of `npm run start:prod` (the heap limit), so the service runs here as it is deployed. */
+const SERVICE_NODE_FLAGS = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
+  .scripts['start:prod'].split(/\s+/)
+  .filter((arg) => arg.startsWith('--'));
 
 export const ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 export const REDIS_URL = 'redis://127.0.0.1:6379';
@@ -255,13 +259,14 @@ function spawnTracked(env, args, childEnv, { name, readyPath, timeoutMs = 60_000
 }
 
 /**
- * Runs `node dist/main.js` (the built service) with the environment's settings plus `extra` (ROLE, limits...),
- * and waits for /health/ready. `options.nodeArgs` go before the script (e.g. --cpu-prof).
+ * Runs `node dist/main.js` (the built service) with the flags of `npm run start:prod`, the environment's settings
+ * plus `extra` (ROLE, limits...), and waits for /health/ready. `options.nodeArgs` go before the script (e.g.
+ * --cpu-prof).
  */
 export async function startService(env, extra = {}, { nodeArgs = [], wait = true, timeoutMs } = {}) {
   const port = await freePort();
   const nodeArgsFromEnv = process.env.BENCH_SERVICE_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
-  const handle = spawnTracked(env, [...nodeArgsFromEnv, ...nodeArgs, MAIN], { ...env.serviceEnv, ...extra }, {
+  const handle = spawnTracked(env, [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv, ...nodeArgs, MAIN], { ...env.serviceEnv, ...extra }, {
     name: `service(${extra.ROLE ?? 'all'})`,
     readyPath: '/health/ready',
     timeoutMs,

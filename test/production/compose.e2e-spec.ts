@@ -119,6 +119,15 @@ describe('docker/Dockerfile', () => {
     expect(imageCommand()).toEqual(['node', 'dist/main.js']);
   });
 
+  it('limits the heap as `npm run start:prod` does', () => {
+    const scripts = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
+    const flags = scripts['start:prod'].split(/\s+/).filter((arg) => arg.startsWith('--'));
+
+    expect(flags).toEqual([expect.stringMatching(/^--max-old-space-size=\d+$/)]);
+    expect(imageEnvironment().NODE_OPTIONS).toBe(flags.join(' '));
+    expect(scripts.start).toContain(`node ${flags.join(' ')} dist/main.js`);
+  });
+
   it('ships the contract the service reads at run time', () => {
     expect(copiedPaths()).toContain('openapi/openapi.yaml');
   });
