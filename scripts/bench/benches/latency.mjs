@@ -26,7 +26,8 @@ const INTERVAL_MS = 250;
 const DURATION_MS = 15_000;
 const POLL_MS = 20;
 const JOB_TIMEOUT_MS = 30_000;
-const WARMUP_JOBS = 4;
+/** Warm-up jobs run two at a time, so that both engine threads (WORKER_CONCURRENCY 2) have compiled the pipeline. */
+const WARMUP_PAIRS = 6;
 const SIDE = 512;
 
 export const description = `submit-to-complete p50/p99, one fashion_card job (${SIDE}x${SIDE}) every ${INTERVAL_MS} ms for ${DURATION_MS / 1000} s, ROLE=all`;
@@ -75,7 +76,7 @@ export async function run() {
       return { error: 'timeout' };
     };
 
-    for (let i = 0; i < WARMUP_JOBS; i++) await submit();
+    for (let i = 0; i < WARMUP_PAIRS; i++) await Promise.all([submit(), submit()]);
 
     const count = Math.floor(DURATION_MS / INTERVAL_MS);
     const t0 = performance.now();
