@@ -66,24 +66,29 @@ export function alphaOf(image: RawImage): Plane {
 }
 
 /**
- * A soft shadow of an alpha silhouette: the silhouette padded by `pad` pixels on every side and Gaussian-blurred
- * (approximated by three box blurs, on a copy reduced by up to 8x for wide blurs, then scaled back bilinearly).
- * Pure JS, no sharp round trips. Place it at (overlayLeft - pad + dx, overlayTop - pad + dy).
+ * A soft shadow of an alpha silhouette drawn at drawnWidth x drawnHeight (its own size unless given): the
+ * silhouette padded by `pad` pixels on every side and Gaussian-blurred (approximated by three box blurs, on a
+ * copy reduced by up to 8x for wide blurs, then scaled back bilinearly). A silhouette smaller than it is drawn
+ * gives the same shadow, as the blur is far wider than its pixels. Pure JS, no sharp round trips. Place it at
+ * (overlayLeft - pad + dx, overlayTop - pad + dy).
  */
-export function softShadow(alpha: Plane, sigma: number, pad: number): Plane {
-  const width = alpha.width + pad * 2;
-  const height = alpha.height + pad * 2;
+export function softShadow(alpha: Plane, sigma: number, pad: number, drawnWidth = alpha.width, drawnHeight = alpha.height): Plane {
+  const width = drawnWidth + pad * 2;
+  const height = drawnHeight + pad * 2;
+  const sx = drawnWidth / alpha.width;
+  const sy = drawnHeight / alpha.height;
   const factor = clamp(floor(sigma / 1.5), 1, 8);
   const sw = ceil(width / factor);
   const sh = ceil(height / factor);
   const small = new Float32Array(sw * sh);
   for (let y = 0; y < alpha.height; y++) {
-    const row = ((((y + pad) / factor) | 0) * sw) | 0;
+    const row = (min(sh - 1, ((y * sy + pad) / factor) | 0) * sw) | 0;
     for (let x = 0; x < alpha.width; x++) {
-      small[row + (((x + pad) / factor) | 0)] += alpha.data[y * alpha.width + x];
+      small[row + min(sw - 1, ((x * sx + pad) / factor) | 0)] += alpha.data[y * alpha.width + x];
     }
   }
-  const norm = 1 / (factor * factor);
+  // Each silhouette pixel stands for sx * sy drawn pixels.
+  const norm = (sx * sy) / (factor * factor);
   for (let i = 0; i < small.length; i++) small[i] *= norm;
   const s = sigma / factor;
   const radius = max(0, round((sqrt(4 * s * s + 1) - 1) / 2));

@@ -7,7 +7,7 @@
 import { alphaOf, applyShade, compositeOver, softShadow } from './compose.js';
 import { analyseObject, cutoutAt } from './cutout.js';
 import type { Pipeline } from './pipeline.js';
-import type { RawImage } from './raw-image.js';
+import type { Plane, RawImage } from './raw-image.js';
 
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
 const { ceil, max, min, round } = Math;
@@ -27,19 +27,25 @@ export const productCardPipeline: Pipeline = async (ctx) => {
   const scale = min((CARD_WIDTH * 0.74) / boxW, (CARD_HEIGHT * 0.7) / boxH);
   const width = max(1, round(boxW * scale));
   const height = max(1, round(boxH * scale));
-  const cut = await cutoutAt(clothes, garment, width, height);
-  ctx.checkpoint();
-  const left = round((CARD_WIDTH - width) / 2) - cut.left;
-  const top = round(CARD_HEIGHT * 0.47 - height / 2) - cut.top;
-
+  // Where the garment's box is drawn.
+  const boxLeft = round((CARD_WIDTH - width) / 2);
+  const boxTop = round(CARD_HEIGHT * 0.47 - height / 2);
   const card = gradientCard();
-  const alpha = alphaOf(cut.image);
   // A soft drop shadow falling down-light from above.
   const sigma = CARD_WIDTH * 0.012;
   const pad = ceil(sigma * 3);
-  const shadow = softShadow(alpha, sigma, pad);
+  const shade = (silhouette: Plane, left: number, top: number, drawnWidth?: number, drawnHeight?: number) =>
+    applyShade(card, softShadow(silhouette, sigma, pad, drawnWidth, drawnHeight), left - pad, top - pad + round(CARD_HEIGHT * 0.014), 0.24);
+  // A plain-background garment's shadow needs only its silhouette from the analysis: the card is shaded while
+  // sharp enlarges the cut-out on another thread.
+  const [cut] = await Promise.all([
+    cutoutAt(clothes, garment, width, height),
+    garment.reliable ? Promise.resolve(shade(garment.silhouette, boxLeft, boxTop, width, height)) : undefined,
+  ]);
   ctx.checkpoint();
-  applyShade(card, shadow, left - pad, top - pad + round(CARD_HEIGHT * 0.014), 0.24);
+  const left = boxLeft - cut.left;
+  const top = boxTop - cut.top;
+  if (!garment.reliable) shade(alphaOf(cut.image), left, top);
   compositeOver(card, cut.image, left, top);
   return card;
 };
