@@ -32,6 +32,9 @@ export class JobOutcomes {
         [id],
       )) as { tool: string }[];
       if (rows.length === 0) return undefined;
+      // A run killed while writing (between a temporary file and its rename) left partial files behind; under
+      // the lock no other run writes here, so this one starts from an empty folder.
+      await this.media.deleteFolder(id);
       await writeOutputs();
       await manager.query(
         `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now() WHERE id = $1`,

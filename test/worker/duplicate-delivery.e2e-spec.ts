@@ -1,3 +1,6 @@
+import { randomUUID } from 'node:crypto';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type Bull from 'bull';
 import type { TestEnvironment } from '../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, sha256 } from '../support/fake-cog.js';
@@ -70,6 +73,20 @@ describe('a job delivered more than once', () => {
     expect(sha256(again.preview)).toBe(sha256(outputs.preview));
     expect(await listDir(mediaFolder(env, item.history_item_id))).toEqual(['preview.webp', 'stock.jpg']);
   }
+
+  it('leaves only its outputs where a run killed while writing left partial files', async () => {
+    const clothes = await uniqueImage();
+    delays.set(sha256(clothes), () => 1500);
+    const id = await submit(api.baseUrl, key, clothes);
+    // What a worker killed between writing a temporary file and renaming it leaves behind.
+    await mkdir(mediaFolder(env, id), { recursive: true });
+    await writeFile(join(mediaFolder(env, id), `.${randomUUID()}.tmp`), 'partial');
+
+    const item = await final(api.baseUrl, key, id);
+
+    await expectCompleteWithOutputs(api.baseUrl, item);
+    expect(await listDir(mediaFolder(env, id))).toEqual(['preview.webp', 'stock.jpg']);
+  });
 
   it('changes nothing when the job is delivered again after it completed', async () => {
     const clothes = await uniqueImage();
