@@ -546,10 +546,11 @@ export async function runLoad({ make, concurrency, durationMs, maxRequests = 1_0
 }
 
 /**
- * Closed-loop load on several servers in turn, `rounds` times (A, B, A, B...), after one warm-up each.
- * `sides`: name -> { make, pid }. Other work on the machine only ever slows a round down, so a side's best
- * round (most req/s) is the closest to its real cost. Returns name -> { best, rounds }, each result as
- * runLoad's plus `cpuMsPerRequest` (the server process's CPU over the round per 2xx answer).
+ * Closed-loop load on several servers in turn, `rounds` times (A, B, A, B...), after one warm-up each, with
+ * every round and the best rounds' CPU per request printed. `sides`: name -> { make, pid }. Other work on the
+ * machine only ever slows a round down, so a side's best round (most req/s) is the closest to its real cost.
+ * Returns name -> the best round's result: runLoad's plus `cpuMsPerRequest` (the server process's CPU over
+ * the round per 2xx answer; PostgreSQL and Redis not included).
  */
 export async function alternateLoads(sides, { rounds = 2, concurrency, durationMs, warmupMs }) {
   const results = Object.fromEntries(Object.keys(sides).map((name) => [name, []]));
@@ -557,12 +558,16 @@ export async function alternateLoads(sides, { rounds = 2, concurrency, durationM
   for (let round = 0; round < rounds; round++) {
     for (const [name, { make, pid }] of Object.entries(sides)) {
       const [result, cpu] = await withCpu(pid, () => runLoad({ make, concurrency, durationMs }));
+      log(`  ${describeLoad(name.padEnd(8), result)}`);
       results[name].push({ ...result, cpuMsPerRequest: cpu / result.ok });
     }
   }
-  return Object.fromEntries(
-    Object.entries(results).map(([name, list]) => [name, { best: list.reduce((a, b) => (b.rps > a.rps ? b : a)), rounds: list }]),
+  const best = Object.fromEntries(
+    Object.entries(results).map(([name, list]) => [name, list.reduce((a, b) => (b.rps > a.rps ? b : a))]),
   );
+  const cpu = Object.entries(best).map(([name, result]) => `${name} ${fmtMs(result.cpuMsPerRequest)}`);
+  log(`  server process CPU per request (user+sys, all threads; best rounds): ${cpu.join(', ')}`);
+  return best;
 }
 
 /** Nearest-rank percentile of an ascending array (NaN when empty). */

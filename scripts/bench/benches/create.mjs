@@ -75,23 +75,12 @@ export async function run() {
     const baselineMake = make(baseline.baseUrl, {});
     const probe2 = await request(undefined, baselineMake());
     if (probe2.status !== 202) throw new Error(`the baseline refused the job: ${probe2.status} ${probe2.body}`);
-    const loads = await alternateLoads(
+    const { service: serviceResult, baseline: baselineResult } = await alternateLoads(
       {
         service: { make: make(service.baseUrl, { Authorization: authorization }), pid: service.pid },
         baseline: { make: baselineMake, pid: baseline.pid },
       },
       { rounds: ROUNDS, concurrency: CONCURRENCY, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
-    );
-    for (const [name, { rounds }] of Object.entries(loads)) {
-      for (const result of rounds) log(`  ${describeLoad(name.padEnd(8), result)}`);
-    }
-    const serviceResult = loads.service.best;
-    const baselineResult = loads.baseline.best;
-    const serviceCpuPerRequest = serviceResult.cpuMsPerRequest;
-    const baselineCpuPerRequest = baselineResult.cpuMsPerRequest;
-    log(
-      `  server process CPU per request (user+sys, all threads; best rounds): service ${fmtMs(serviceCpuPerRequest)}, ` +
-        `baseline ${fmtMs(baselineCpuPerRequest)} (PostgreSQL and Redis not included)`,
     );
     await service.stop();
     await baseline.stop();
@@ -100,7 +89,7 @@ export async function run() {
     record('create', `service job creations/s (c=16, best of ${ROUNDS})`, serviceResult.rps, `${serviceResult.rps.toFixed(1)} req/s (p50 ${fmtMs(serviceResult.p50)}, p99 ${fmtMs(serviceResult.p99)})`);
     record('create', `baseline busboy+sharp req/s (c=16, best of ${ROUNDS})`, baselineResult.rps, `${baselineResult.rps.toFixed(1)} req/s (p50 ${fmtMs(baselineResult.p50)}, p99 ${fmtMs(baselineResult.p99)})`);
     record('create', `service req/s, load spread over ${CONCURRENCY} users (info)`, manyUsers.rps, `${manyUsers.rps.toFixed(1)} req/s (p50 ${fmtMs(manyUsers.p50)})`);
-    record('create', 'server CPU per request, service vs baseline (info)', serviceCpuPerRequest, `${fmtMs(serviceCpuPerRequest)} vs ${fmtMs(baselineCpuPerRequest)}`);
+    record('create', 'server CPU per request, service vs baseline (info)', serviceResult.cpuMsPerRequest, `${fmtMs(serviceResult.cpuMsPerRequest)} vs ${fmtMs(baselineResult.cpuMsPerRequest)}`);
     record('create', 'service / baseline throughput', ratio, ratio.toFixed(2), { op: '>=', value: 0.5, text: '>= 0.5' });
     if (serviceResult.failed > 0 || baselineResult.failed > 0) {
       log(`  note: failed requests: service ${serviceResult.failed}, baseline ${baselineResult.failed}`);

@@ -14,7 +14,6 @@ import pg from 'pg';
 import {
   createBenchEnv,
   createUserWithKey,
-  describeLoad,
   fmtMs,
   keepAliveAgent,
   log,
@@ -117,23 +116,12 @@ export async function run() {
       url: `${server.baseUrl}/user/generation-history/${ids[i % ids.length]}`,
       headers,
     });
-    const loads = await alternateLoads(
+    const { service: serviceResult, baseline: baselineResult } = await alternateLoads(
       {
         service: { make: item(service, { Authorization: authorization }), pid: service.pid },
         baseline: { make: item(baseline), pid: baseline.pid },
       },
       { rounds: GET_ROUNDS, concurrency: GET_CONNECTIONS, durationMs: GET_DURATION_MS, warmupMs: GET_WARMUP_MS },
-    );
-    for (const [name, { rounds }] of Object.entries(loads)) {
-      for (const result of rounds) log(`  ${describeLoad(name.padEnd(8), result)}`);
-    }
-    const serviceResult = loads.service.best;
-    const baselineResult = loads.baseline.best;
-    const serviceCpuPerRequest = serviceResult.cpuMsPerRequest;
-    const baselineCpuPerRequest = baselineResult.cpuMsPerRequest;
-    log(
-      `  server process CPU per request (best rounds): service ${fmtMs(serviceCpuPerRequest)}, ` +
-        `baseline ${fmtMs(baselineCpuPerRequest)} (PostgreSQL not included)`,
     );
     await service.stop();
     await baseline.stop();
@@ -141,7 +129,7 @@ export async function run() {
     const ratio = serviceResult.rps / baselineResult.rps;
     record('history', `item GET service req/s (c=${GET_CONNECTIONS}, best of ${GET_ROUNDS})`, serviceResult.rps, `${serviceResult.rps.toFixed(0)} req/s (p50 ${fmtMs(serviceResult.p50)})`);
     record('history', `item GET baseline node:http+pg req/s (c=${GET_CONNECTIONS}, best of ${GET_ROUNDS})`, baselineResult.rps, `${baselineResult.rps.toFixed(0)} req/s (p50 ${fmtMs(baselineResult.p50)}, p99 ${fmtMs(baselineResult.p99)})`);
-    record('history', 'item GET server CPU per request, service vs baseline (info)', serviceCpuPerRequest, `${fmtMs(serviceCpuPerRequest)} vs ${fmtMs(baselineCpuPerRequest)}`);
+    record('history', 'item GET server CPU per request, service vs baseline (info)', serviceResult.cpuMsPerRequest, `${fmtMs(serviceResult.cpuMsPerRequest)} vs ${fmtMs(baselineResult.cpuMsPerRequest)}`);
     record('history', 'item GET service / baseline', ratio, ratio.toFixed(2), { op: '>=', value: 0.5, text: '>= 0.5' });
     record('history', `item GET service p99 (c=${GET_CONNECTIONS})`, serviceResult.p99, fmtMs(serviceResult.p99), { op: '<=', value: 20, text: '<= 20 ms' });
     record('history', 'item GET service p99, 1 connection', one.p99, `${fmtMs(one.p99)} (p50 ${fmtMs(one.p50)})`);
