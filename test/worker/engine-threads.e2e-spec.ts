@@ -30,6 +30,12 @@ const card = (images: Record<string, Buffer> = { clothes }, signal?: AbortSignal
   signal,
 });
 const digest = (image: EngineImage) => createHash('sha256').update(image.data).digest('hex');
+/** 11 megapixels: a job that runs for a good part of a second. */
+const largeClothes = () =>
+  sharp({ create: { width: 3000, height: 3750, channels: 3, background: '#f4f4f4' } })
+    .composite([{ input: Buffer.from('<svg width="3000" height="3750"><rect x="700" y="600" width="1600" height="2500" fill="#2a5d9f"/></svg>') }])
+    .jpeg()
+    .toBuffer();
 
 beforeAll(async () => {
   engines = (await dist('worker/engines/local/index.js')) as LocalEngines;
@@ -71,10 +77,7 @@ it('does not start a job whose signal has fired, failing with the signal reason'
 });
 
 it('stops a running job at its next step when its signal fires, and the thread keeps serving', async () => {
-  const large = await sharp({ create: { width: 3000, height: 3750, channels: 3, background: '#f4f4f4' } })
-    .composite([{ input: Buffer.from('<svg width="3000" height="3750"><rect x="700" y="600" width="1600" height="2500" fill="#2a5d9f"/></svg>') }])
-    .jpeg()
-    .toBuffer();
+  const large = await largeClothes();
   const controller = new AbortController();
   const started = performance.now();
   const job = sut.generate(card({ clothes: large }, controller.signal));
@@ -87,4 +90,15 @@ it('stops a running job at its next step when its signal fires, and the thread k
   await sut.generate(card({ clothes: large }));
   expect(stoppedAfter).toBeLessThan(performance.now() - complete);
   await expect(sut.generate(card())).resolves.toMatchObject({ kind: 'raw' });
+}, 60_000);
+
+it('fails a job still running when the engine is closed', async () => {
+  const engine = new engines.ThreadedLocalEngine(1, LIMIT);
+  const job = engine.generate(card({ clothes: await largeClothes() }));
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const outcome = expect(job).rejects.toThrow('the engine thread was stopped');
+
+  await engine.close();
+
+  await outcome;
 }, 60_000);

@@ -104,7 +104,7 @@ class EngineThread {
   }
 
   async stop(): Promise<void> {
-    this.alive = false;
+    this.died(new Error('the engine thread was stopped'));
     await this.worker.terminate();
   }
 
