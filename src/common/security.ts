@@ -42,16 +42,13 @@ const DOCS_POLICY = {
  * which `Cross-Origin-Resource-Policy: same-origin` would block).
  */
 function securityHeaders(): Middleware {
-  const common = { xFrameOptions: { action: 'deny' as const } };
-  const api = headersOf(helmet({ ...common, contentSecurityPolicy: { useDefaults: false, directives: API_POLICY } }));
-  const docs = headersOf(helmet({ ...common, contentSecurityPolicy: { useDefaults: false, directives: DOCS_POLICY } }));
-  const media = headersOf(
-    helmet({
-      ...common,
-      contentSecurityPolicy: { useDefaults: false, directives: API_POLICY },
-      crossOriginResourcePolicy: { policy: 'cross-origin' },
-    }),
-  );
+  const withPolicy = (directives: typeof API_POLICY | typeof DOCS_POLICY, crossOriginResourcePolicy?: { policy: 'cross-origin' }) =>
+    headersOf(
+      helmet({ xFrameOptions: { action: 'deny' }, contentSecurityPolicy: { useDefaults: false, directives }, crossOriginResourcePolicy }),
+    );
+  const api = withPolicy(API_POLICY);
+  const docs = withPolicy(DOCS_POLICY);
+  const media = withPolicy(API_POLICY, { policy: 'cross-origin' });
   return (request, response, next) => {
     const path = (request.url ?? '').split('?')[0];
     const headers =

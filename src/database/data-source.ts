@@ -29,11 +29,14 @@ export function dataSourceOptions(url: string, poolSize: number): DataSourceOpti
   };
 }
 
-/** A statement run under a fixed name, see `queryPrepared`. */
-export interface PreparedStatement {
-  name: string;
+export interface SqlStatement {
   text: string;
   values: unknown[];
+}
+
+/** A statement run under a fixed name, see `queryPrepared`. */
+export interface PreparedStatement extends SqlStatement {
+  name: string;
 }
 
 /**

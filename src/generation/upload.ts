@@ -1,6 +1,6 @@
 import { createHash, type Hash, randomUUID } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
-import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { rm } from 'node:fs/promises';
+import { Injectable } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import multer, { MulterError } from 'multer';
 import sharp from 'sharp';
@@ -39,7 +39,7 @@ const FIELD_VALUE_MAX_BYTES = 4000;
  * and validates them against the catalog and the image limits.
  */
 @Injectable()
-export class UploadParser implements OnModuleInit {
+export class UploadParser {
   private readonly multer: ReturnType<typeof multer>;
 
   constructor(private readonly config: AppConfig) {
@@ -58,10 +58,6 @@ export class UploadParser implements OnModuleInit {
         fieldNestingDepth: 0,
       },
     });
-  }
-
-  async onModuleInit(): Promise<void> {
-    await mkdir(this.config.uploadTmpDir, { recursive: true });
   }
 
   /** Parses and validates; on any failure the temporary files are already gone. */

@@ -1,4 +1,4 @@
-import type { PreparedStatement } from '../database/data-source.js';
+import type { PreparedStatement, SqlStatement } from '../database/data-source.js';
 import type { HistoryItem, JobStatus } from './history-item.entity.js';
 
 export interface HistoryQuery {
@@ -8,10 +8,6 @@ export interface HistoryQuery {
   generationType?: string;
 }
 
-export interface SqlStatement {
-  text: string;
-  values: unknown[];
-}
 
 /** A row of the page statement: the fields a `HistoryItemDto` is made from, named as on the entity. */
 export type HistoryListRow = Pick<

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { CATALOG } from '../../src/catalog/catalog.js';
-import { type HistoryQuery, historyListSql, type SqlStatement } from '../../src/history/history.sql.js';
+import type { SqlStatement } from '../../src/database/data-source.js';
+import { type HistoryQuery, historyListSql } from '../../src/history/history.sql.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import { Client, connect, userIdOf } from './history-support.js';
