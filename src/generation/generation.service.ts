@@ -6,7 +6,7 @@ import { DataSource } from 'typeorm';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { queryPrepared } from '../database/data-source.js';
-import { HistoryItem, type StoredInput } from '../history/history-item.entity.js';
+import { HistoryItem, inputKeysOf, type StoredInput } from '../history/history-item.entity.js';
 import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto } from './generation.dto.js';
@@ -80,7 +80,7 @@ export class GenerationService {
         texts: upload.texts,
       });
     } catch (error) {
-      await this.inputs.deleteFolder(id);
+      await this.inputs.delete(inputKeysOf(stored));
       throw error;
     }
 
@@ -88,7 +88,7 @@ export class GenerationService {
       await this.producer.enqueue(id);
     } catch (error) {
       await this.dataSource.getRepository(HistoryItem).delete({ id });
-      await this.inputs.deleteFolder(id);
+      await this.inputs.delete(inputKeysOf(stored));
       throw error;
     }
     return {

@@ -13,6 +13,11 @@ export interface StoredInput {
   bytes: number;
 }
 
+/** The keys of an item's stored inputs, for deleting them. */
+export function inputKeysOf(inputs: Record<string, StoredInput>): string[] {
+  return Object.values(inputs).map((input) => input.key);
+}
+
 /**
  * One generation job. The row is written before the job is queued, so it is the outbox the reconciler
  * re-enqueues from. List queries walk (user, [status], [generation_type], created_at, id) backwards.

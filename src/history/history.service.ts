@@ -9,7 +9,7 @@ import { queryPrepared } from '../database/data-source.js';
 import { GENERATION_QUEUE } from '../generation/generation.queue.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
-import { HistoryItem } from './history-item.entity.js';
+import { HistoryItem, inputKeysOf, type StoredInput } from './history-item.entity.js';
 import { type HistoryListRow, type HistoryQuery, historyItemSql, historyListSql } from './history.sql.js';
 import { HistoryItemDto, type HistoryPageDto } from './history.dto.js';
 
@@ -73,15 +73,18 @@ export class HistoryService {
    * running one finds no row when it finishes and throws its result away.
    */
   async delete(userId: string, id: string): Promise<void> {
-    const result = await this.items.delete({ id, userId });
-    if (!result.affected) throw notFound();
+    const [rows] = (await this.dataSource.query(
+      'DELETE FROM history_items WHERE id = $1 AND user_id = $2 RETURNING inputs',
+      [id, userId],
+    )) as [{ inputs: Record<string, StoredInput> }[], number];
+    if (rows.length === 0) throw notFound();
     try {
       await (await this.queue.getJob(id))?.remove();
     } catch (error) {
       // A job a worker holds cannot be removed; that worker discards its result itself.
       this.logger.debug({ err: error, id }, 'job not removed from the queue');
     }
-    await Promise.all([this.inputs.deleteFolder(id), this.media.deleteFolder(id)]);
+    await Promise.all([this.inputs.delete(inputKeysOf(rows[0].inputs)), this.media.deleteFolder(id)]);
   }
 }
 

@@ -32,9 +32,13 @@ export function mediaPath(itemId: string, kind: OutputKind): string {
   return `${MEDIA_PREFIX}${outputKey(itemId, kind)}`;
 }
 
-/** Key of an uploaded input inside the private input store. */
+/**
+ * Key of an uploaded input inside the private input store. Flat, without a folder per item: creating a
+ * directory is the costliest file system step of accepting a job, and the row keeps each input's key for
+ * reading and deleting it.
+ */
 export function inputKey(itemId: string, inputName: string): string {
-  return `${itemId}/${inputName}`;
+  return `${itemId}-${inputName}`;
 }
 
 export const INPUT_STORE = Symbol('INPUT_STORE');

@@ -5,7 +5,7 @@ import { dirname, join, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 
 /**
- * Where the service keeps files, by key (`{id}/clothes`, `{id}/preview.webp`). Narrow on purpose, so an
+ * Where the service keeps files, by key (`{id}-clothes`, `{id}/preview.webp`). Narrow on purpose, so an
  * S3-compatible store (S3ObjectStore) stands in for the local disk.
  */
 export abstract class ObjectStore {
@@ -16,6 +16,8 @@ export abstract class ObjectStore {
   abstract get(key: string): Promise<Buffer>;
   /** A stream of the object, or undefined when there is none. */
   abstract open(key: string): Promise<{ stream: Readable; size: number } | undefined>;
+  /** Removes these objects; one that is not there is no error. */
+  abstract delete(keys: readonly string[]): Promise<void>;
   /** Removes every object whose key starts with `prefix/`. */
   abstract deleteFolder(prefix: string): Promise<void>;
 }
@@ -61,7 +63,7 @@ export class LocalObjectStore extends ObjectStore {
   async putFile(key: string, sourcePath: string): Promise<void> {
     const path = this.pathOf(key);
     try {
-      // The folder is made by the first file of a job only: later ones go straight in.
+      // The store's folder is made by the first file only: later ones go straight in.
       await rename(sourcePath, path).catch(async (error: NodeJS.ErrnoException) => {
         if (error.code !== 'ENOENT') throw error;
         await mkdir(dirname(path), { recursive: true });
@@ -91,6 +93,10 @@ export class LocalObjectStore extends ObjectStore {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
       throw error;
     }
+  }
+
+  async delete(keys: readonly string[]): Promise<void> {
+    await Promise.all(keys.map((key) => rm(this.pathOf(key), { force: true })));
   }
 
   async deleteFolder(prefix: string): Promise<void> {

@@ -102,6 +102,13 @@ export class S3ObjectStore extends ObjectStore {
     }
   }
 
+  async delete(keys: readonly string[]): Promise<void> {
+    const objectKeys = keys.map((key) => this.objectKey(key));
+    for (let start = 0; start < objectKeys.length; start += this.pageSize) {
+      await this.deleteObjects(objectKeys.slice(start, start + this.pageSize), 'objects');
+    }
+  }
+
   async deleteFolder(prefix: string): Promise<void> {
     const folder = `${this.objectKey(prefix)}/`;
     let continuationToken: string | undefined;
@@ -114,17 +121,23 @@ export class S3ObjectStore extends ObjectStore {
           ContinuationToken: continuationToken,
         }),
       );
-      const objects = (page.Contents ?? []).map((object) => ({ Key: object.Key! }));
-      if (objects.length > 0) {
-        const result = await this.client.send(
-          new DeleteObjectsCommand({ Bucket: this.options.bucket, Delete: { Objects: objects, Quiet: true } }),
-        );
-        const failed = result.Errors ?? [];
-        if (failed.length > 0) {
-          throw new Error(`${failed.length} objects under ${folder} were not deleted: ${failed[0].Code} ${failed[0].Message}`);
-        }
-      }
+      await this.deleteObjects((page.Contents ?? []).map((object) => object.Key!), `objects under ${folder}`);
       continuationToken = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (continuationToken);
+  }
+
+  /** At most one call's worth of keys (already prefixed); `what` names them in the error. */
+  private async deleteObjects(objectKeys: string[], what: string): Promise<void> {
+    if (objectKeys.length === 0) return;
+    const result = await this.client.send(
+      new DeleteObjectsCommand({
+        Bucket: this.options.bucket,
+        Delete: { Objects: objectKeys.map((Key) => ({ Key })), Quiet: true },
+      }),
+    );
+    const failed = result.Errors ?? [];
+    if (failed.length > 0) {
+      throw new Error(`${failed.length} ${what} were not deleted: ${failed[0].Code} ${failed[0].Message}`);
+    }
   }
 }

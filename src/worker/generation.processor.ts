@@ -11,7 +11,7 @@ import type { Job, Queue } from 'bull';
 import { DataSource } from 'typeorm';
 import { AppConfig } from '../config/config.js';
 import { GENERATE_JOB, type GenerateJobData, GENERATION_QUEUE } from '../generation/generation.queue.js';
-import { HistoryItem } from '../history/history-item.entity.js';
+import { HistoryItem, inputKeysOf } from '../history/history-item.entity.js';
 import { INPUT_STORE, MEDIA_STORE, outputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
@@ -73,8 +73,9 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     if (!item || item.status !== 'pending') {
       // A run killed after recording the outcome but before deleting files is delivered again (its job stalled):
       // finish its clean-up, so that no input photo outlives the job. Only a complete item keeps its outputs.
+      // A deleted item's inputs went with its row: the request that deleted it removed them.
       await Promise.all([
-        this.inputs.deleteFolder(id),
+        item ? this.inputs.delete(inputKeysOf(item.inputs)) : undefined,
         item?.status === 'complete' ? undefined : this.media.deleteFolder(id),
       ]);
       return;

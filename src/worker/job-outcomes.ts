@@ -1,10 +1,16 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
-import type { JobErrorCode } from '../history/history-item.entity.js';
+import { inputKeysOf, type JobErrorCode, type StoredInput } from '../history/history-item.entity.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
+
+/** What a final update needs of the item: its tool to count the outcome, its inputs to delete them. */
+interface FinishedItem {
+  tool: string;
+  inputs: Record<string, StoredInput>;
+}
 
 /**
  * The only writers of a job's final status. Each update is guarded by `status = 'pending'`, so of two
@@ -26,11 +32,11 @@ export class JobOutcomes {
    * complete item's files are never rewritten by a late duplicate run. Resolves false when the result was dropped.
    */
   async complete(id: string, writeOutputs: () => Promise<void>): Promise<boolean> {
-    const tool = await this.dataSource.transaction(async (manager) => {
+    const item = await this.dataSource.transaction(async (manager) => {
       const rows = (await manager.query(
-        `SELECT tool FROM history_items WHERE id = $1 AND status = 'pending' FOR UPDATE`,
+        `SELECT tool, inputs FROM history_items WHERE id = $1 AND status = 'pending' FOR UPDATE`,
         [id],
-      )) as { tool: string }[];
+      )) as FinishedItem[];
       if (rows.length === 0) return undefined;
       // A run killed while writing (between a temporary file and its rename) left partial files behind; under
       // the lock no other run writes here, so this one starts from an empty folder.
@@ -40,12 +46,12 @@ export class JobOutcomes {
         `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now() WHERE id = $1`,
         [id],
       );
-      return rows[0].tool;
+      return rows[0];
     });
-    if (tool === undefined) return false;
-    this.metrics.countJobOutcome(tool, 'complete');
+    if (item === undefined) return false;
+    this.metrics.countJobOutcome(item.tool, 'complete');
     // The inputs are people's photos: kept no longer than the job needs them.
-    await this.inputs.deleteFolder(id);
+    await this.inputs.delete(inputKeysOf(item.inputs));
     return true;
   }
 
@@ -54,12 +60,12 @@ export class JobOutcomes {
     const [rows] = (await this.dataSource.query(
       `UPDATE history_items
           SET status = 'error', error_code = $2, error_message = $3, completed_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'pending' RETURNING tool`,
+        WHERE id = $1 AND status = 'pending' RETURNING tool, inputs`,
       [id, code, message],
-    )) as [{ tool: string }[], number];
+    )) as [FinishedItem[], number];
     if (rows.length === 0) return false;
     this.metrics.countJobOutcome(rows[0].tool, code);
-    await Promise.all([this.inputs.deleteFolder(id), this.media.deleteFolder(id)]);
+    await Promise.all([this.inputs.delete(inputKeysOf(rows[0].inputs)), this.media.deleteFolder(id)]);
     return true;
   }
 }

@@ -6,11 +6,10 @@ import {
   createUser,
   expectCompleteWithOutputs,
   final,
-  inputFolder,
   listDir,
   mediaFolder,
-  pathExists,
   Processes,
+  storedInputs,
   submit,
   uniqueImage,
   waitUntil,
@@ -129,7 +128,7 @@ describe('a worker killed (SIGKILL) in the middle of a stream of jobs', () => {
       await expectCompleteWithOutputs(api.baseUrl, item);
       // One set of outputs: the two files and nothing else (no second copy, no temporary file left behind).
       expect(await listDir(mediaFolder(env, id))).toEqual(['preview.webp', 'stock.jpg']);
-      expect(await pathExists(inputFolder(env, id))).toBe(false);
+      expect(await storedInputs(env, id)).toEqual([]);
       expect(fake.requestsFor(images[index]).some((request) => request.answered)).toBe(true);
     }
     expect(await queue.getJobCounts()).toMatchObject({ waiting: 0, active: 0, delayed: 0, failed: 0 });

@@ -116,10 +116,12 @@ export async function filesUnder(dir: string): Promise<string[]> {
   }
 }
 
-/** The items that have inputs stored: the top-level folders of the input store. */
-export async function inputFolders(inputRoot: string): Promise<Set<string>> {
-  return new Set((await filesUnder(inputRoot)).map((path) => path.split('/')[0]));
+/** The items that have inputs stored, by id: each input file is named `inputKey(id, name)`, after its item's UUID. */
+export async function itemsWithInputs(inputRoot: string): Promise<Set<string>> {
+  return new Set((await filesUnder(inputRoot)).map((path) => path.slice(0, UUID_LENGTH)));
 }
+
+const UUID_LENGTH = 36;
 
 /** The highest resident set size the process has had so far (Linux), in bytes. */
 export async function peakRssBytes(pid: number): Promise<number> {

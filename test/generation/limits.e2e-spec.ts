@@ -3,7 +3,7 @@ import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { inputsFor, postJob } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { CREATE_PATH, filesUnder, inputFolders, listHistory, type ProblemBody, retryAfterSeconds } from './helpers.js';
+import { CREATE_PATH, filesUnder, itemsWithInputs, listHistory, type ProblemBody, retryAfterSeconds } from './helpers.js';
 
 async function expectTooManyRequests(response: Response, code: string): Promise<ProblemBody> {
   expect(response.status).toBe(429);
@@ -39,7 +39,7 @@ describe('per-user limits on job creation', () => {
       const apiKey = await createUserWithKey(env.databaseUrl);
       const fields = await inputsFor('default');
       for (let i = 0; i < 2; i++) expect((await postJob(sut.baseUrl, apiKey, fields)).status).toBe(202);
-      const storedBefore = await inputFolders(env.serviceEnv.INPUT_ROOT);
+      const storedBefore = await itemsWithInputs(env.serviceEnv.INPUT_ROOT);
 
       const response = await postJob(sut.baseUrl, apiKey, fields);
 
@@ -50,13 +50,13 @@ describe('per-user limits on job creation', () => {
       expect(history.items.map((item) => item.status)).toEqual(['pending', 'pending']);
       // The refused upload is neither kept as a temporary file nor stored as an input.
       expect(await filesUnder(env.serviceEnv.UPLOAD_TMP_DIR)).toEqual([]);
-      expect(await inputFolders(env.serviceEnv.INPUT_ROOT)).toEqual(storedBefore);
+      expect(await itemsWithInputs(env.serviceEnv.INPUT_ROOT)).toEqual(storedBefore);
     });
 
     it('never lets parallel requests create more pending jobs than allowed', async () => {
       const apiKey = await createUserWithKey(env.databaseUrl);
       const fields = await inputsFor('fashion_swap');
-      const storedBefore = await inputFolders(env.serviceEnv.INPUT_ROOT);
+      const storedBefore = await itemsWithInputs(env.serviceEnv.INPUT_ROOT);
 
       const responses = await Promise.all(Array.from({ length: 6 }, () => postJob(sut.baseUrl, apiKey, fields)));
 
@@ -74,7 +74,7 @@ describe('per-user limits on job creation', () => {
       expect(pending.items.map((item) => item.history_item_id).sort()).toEqual([...ids].sort());
       expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(2);
       // Only the two accepted jobs keep inputs; the refused ones were cleaned up.
-      expect(await inputFolders(env.serviceEnv.INPUT_ROOT)).toEqual(new Set([...storedBefore, ...ids]));
+      expect(await itemsWithInputs(env.serviceEnv.INPUT_ROOT)).toEqual(new Set([...storedBefore, ...ids]));
       expect(await filesUnder(env.serviceEnv.UPLOAD_TMP_DIR)).toEqual([]);
     });
   });

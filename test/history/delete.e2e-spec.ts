@@ -3,6 +3,7 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Queue from 'bull';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { storedInputs } from '../support/harness.js';
 import { inputsFor, postJob, waitForFinal } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import { type Answer, Client, fetchMedia, type ProblemBody } from './history-support.js';
@@ -36,12 +37,10 @@ function expectNoContent(answer: Answer<unknown>): void {
 describe('DELETE /user/generation-history/{id}', () => {
   let env: TestEnvironment;
   let mediaRoot: string;
-  let inputRoot: string;
 
   beforeAll(async () => {
     env = await createTestEnvironment();
     mediaRoot = env.serviceEnv.MEDIA_ROOT;
-    inputRoot = env.serviceEnv.INPUT_ROOT;
   }, 60_000);
 
   afterAll(async () => {
@@ -106,9 +105,8 @@ describe('DELETE /user/generation-history/{id}', () => {
 
     it('leaves no files of it in the media or input store', async () => {
       expect(await filesUnder(mediaRoot, id)).toBeUndefined();
-      expect(await filesUnder(inputRoot, id)).toBeUndefined();
+      expect(await storedInputs(env, id)).toEqual([]);
       expect(existsSync(join(mediaRoot, id))).toBe(false);
-      expect(existsSync(join(inputRoot, id))).toBe(false);
     });
 
     it('answers a second delete with 404', async () => {
@@ -146,7 +144,7 @@ describe('DELETE /user/generation-history/{id}', () => {
       if (item.body.status !== 'pending') throw new Error(`the item is ${item.body.status}, not pending`);
       const job = await queue.getJob(id);
       if (!job || (await job.getState()) !== 'waiting') throw new Error('the job is not waiting in the queue');
-      if (!(await filesUnder(inputRoot, id))?.length) throw new Error('no stored inputs before the delete');
+      if ((await storedInputs(env, id)).length === 0) throw new Error('no stored inputs before the delete');
 
       deleted = await client.delete(id);
     }, 60_000);
@@ -174,7 +172,7 @@ describe('DELETE /user/generation-history/{id}', () => {
     });
 
     it('leaves no stored inputs', async () => {
-      expect(await filesUnder(inputRoot, id)).toBeUndefined();
+      expect(await storedInputs(env, id)).toEqual([]);
     });
 
     it('answers a second delete with 404', async () => {
@@ -194,7 +192,7 @@ describe('DELETE /user/generation-history/{id}', () => {
         expect(await fetchMedia(all.baseUrl, `media/${id}/${file}`)).toMatchObject({ status: 404 });
       }
       expect(await filesUnder(mediaRoot, id)).toBeUndefined();
-      expect(await filesUnder(inputRoot, id)).toBeUndefined();
+      expect(await storedInputs(env, id)).toEqual([]);
       expect(await queue.getJob(id)).toBeNull();
       expect((await new Client(all.baseUrl, key).get(id)).status).toBe(404);
     }, 60_000);

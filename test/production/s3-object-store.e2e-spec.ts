@@ -124,6 +124,18 @@ describe('S3ObjectStore', () => {
     expect(await s3.keys(`inputs/${folder}/`)).toEqual([`inputs/${folder}/person`]);
   });
 
+  it('deletes the objects it is given over several calls, a missing one included, and nothing else', async () => {
+    const sut = storeAt('inputs/', { pageSize: 2 });
+    const id = randomUUID();
+    const keys = ['clothes', 'person', 'room'].map((name) => `${id}-${name}`);
+    for (const key of [...keys, `${id}-kept`]) await sut.put(key, Buffer.from(key));
+
+    await sut.delete([...keys, `${id}-never-stored`]);
+
+    expect(await s3.keys(`inputs/${id}-`)).toEqual([`inputs/${id}-kept`]);
+    await expect(sut.delete(['../media/x'])).rejects.toThrow('invalid object key');
+  });
+
   it('deletes a folder of more than the 1000 keys S3 lists and deletes per call', async () => {
     const sut = storeAt('media/');
     const folder = randomUUID();

@@ -39,7 +39,7 @@ describe('the service with STORAGE=s3', () => {
       const { history_item_id: id, stock_image, preview_image } = (await response.json()) as JobAcceptedBody;
 
       // No worker yet: the job waits, its input already in the bucket's private prefix.
-      expect(await s3.keys(`inputs/${id}/`)).toEqual([`inputs/${id}/image`]);
+      expect(await s3.keys(`inputs/${id}-`)).toEqual([`inputs/${id}-image`]);
 
       worker = await startService({ ...serviceEnv, ROLE: 'worker' });
       const item = await waitForFinal(api.baseUrl, apiKey, id, 45_000);
@@ -51,7 +51,7 @@ describe('the service with STORAGE=s3', () => {
         output_url: `${bucketUrl}/${stock_image}`,
       });
       expect(await s3.keys(`media/${id}/`)).toEqual([`media/${id}/preview.webp`, `media/${id}/stock.jpg`]);
-      expect(await s3.keys(`inputs/${id}/`)).toEqual([]);
+      expect(await s3.keys(`inputs/${id}-`)).toEqual([]);
 
       const viaService = await fetch(`${api.baseUrl}/${stock_image}`);
       expect(viaService.status).toBe(200);

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import Bull from 'bull';
 import pg from 'pg';
 import sharp from 'sharp';
+import { inputKey } from '../../src/media/media.js';
 import { createTestEnvironment, type EnvironmentServers, type TestEnvironment } from './environment.js';
 import { type FakeCog, type FakeCogBehaviour, startFakeCog } from './fake-cog.js';
 import { type HistoryItemBody, makeImage, postJob, waitForFinal } from './jobs.js';
@@ -195,8 +196,14 @@ export async function listDir(path: string): Promise<string[]> {
   }
 }
 
-export function inputFolder(env: TestEnvironment, id: string): string {
-  return join(env.serviceEnv.INPUT_ROOT, id);
+/** Where the local input store keeps the input `name` of an item. */
+export function storedInputPath(env: TestEnvironment, id: string, name: string): string {
+  return join(env.serviceEnv.INPUT_ROOT, inputKey(id, name));
+}
+
+/** The files the local input store holds for an item (by name); none once its job is over or it is deleted. */
+export async function storedInputs(env: TestEnvironment, id: string): Promise<string[]> {
+  return (await listDir(env.serviceEnv.INPUT_ROOT)).filter((name) => name.startsWith(inputKey(id, '')));
 }
 
 export function mediaFolder(env: TestEnvironment, id: string): string {
@@ -263,7 +270,7 @@ export async function expectFailedLeavingNothing(
     completed_at: expect.any(String),
   });
   await expectNoMedia(env, baseUrl, id);
-  expect(await pathExists(inputFolder(env, id))).toBe(false);
+  expect(await storedInputs(env, id)).toEqual([]);
 }
 
 export async function expectNoMedia(env: TestEnvironment, baseUrl: string, id: string): Promise<void> {

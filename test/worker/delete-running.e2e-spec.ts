@@ -6,11 +6,11 @@ import {
   cogEngine,
   createUser,
   getItem,
-  inputFolder,
   jobSettled,
   mediaFolder,
   pathExists,
   Processes,
+  storedInputs,
   submit,
   uniqueImage,
   WorkerWorld,
@@ -89,7 +89,7 @@ describe('deleting an item while its job runs', () => {
 
     expect((await getItem(api.baseUrl, key, id)).status).toBe(404);
     expect((await remove(id)).status).toBe(404);
-    expect(await pathExists(inputFolder(env, id))).toBe(false);
+    expect(await storedInputs(env, id)).toEqual([]);
     expect(await pathExists(mediaFolder(env, id))).toBe(false);
     // The engine ran once: a dropped result is not retried.
     expect(fake.requestsFor(clothes)).toHaveLength(1);
@@ -109,7 +109,7 @@ describe('deleting an item while its job runs', () => {
 
     expect(fake.requestsFor(queued)).toHaveLength(0);
     expect((await getItem(api.baseUrl, key, queuedId)).status).toBe(404);
-    expect(await pathExists(inputFolder(env, queuedId))).toBe(false);
+    expect(await storedInputs(env, queuedId)).toEqual([]);
     expect(await pathExists(mediaFolder(env, queuedId))).toBe(false);
     const survivor = (await (await getItem(api.baseUrl, key, runningId)).json()) as { status: string };
     expect(survivor.status).toBe('complete');

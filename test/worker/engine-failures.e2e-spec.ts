@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import type Bull from 'bull';
 import type { TestEnvironment } from '../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256 } from '../support/fake-cog.js';
@@ -12,9 +11,9 @@ import {
   expectCompleteWithOutputs,
   expectFailedLeavingNothing,
   final,
-  inputFolder,
   jobSettled,
   Processes,
+  storedInputPath,
   submit,
   uniqueImage,
   WorkerWorld,
@@ -89,7 +88,7 @@ describe('engine failures', () => {
     if (worker) await processes.stop(worker);
     worker = undefined;
     const { id, clothes } = await submitWithPlan(() => ({ kind: 'succeed' }));
-    const stored = join(inputFolder(env, id), 'clothes');
+    const stored = storedInputPath(env, id, 'clothes');
     expect(sha256(await readFile(stored))).toBe(sha256(clothes));
     await writeFile(stored, randomBytes(4096));
 

@@ -8,9 +8,8 @@ import {
   createUser,
   expectCompleteWithOutputs,
   final,
-  inputFolder,
-  pathExists,
   Processes,
+  storedInputs,
   submit,
   uniqueImage,
   waitUntil,
@@ -62,7 +61,7 @@ describe('a worker told to stop (SIGTERM) while jobs run', () => {
     expect(fake.requests.every((request) => request.answered && !request.aborted)).toBe(true);
     const items = await Promise.all(ids.map((id) => final(api.baseUrl, key, id)));
     for (const item of items) await expectCompleteWithOutputs(api.baseUrl, item);
-    for (const id of ids) expect(await pathExists(inputFolder(env, id))).toBe(false);
+    for (const id of ids) expect(await storedInputs(env, id)).toEqual([]);
     const counts = await queue.getJobCounts();
     expect(counts).toMatchObject({ waiting: 0, active: 0, delayed: 0, failed: 0 });
 

@@ -7,11 +7,10 @@ import {
   expectCompleteWithOutputs,
   final,
   getItem,
-  inputFolder,
   listDir,
   mediaFolder,
-  pathExists,
   Processes,
+  storedInputs,
   submit,
   uniqueImage,
   WorkerWorld,
@@ -65,7 +64,7 @@ describe('a worker killed in the middle of a job', () => {
     expect(calls[1]).toMatchObject({ aborted: false, answered: true });
     // One set of outputs, no temporary files left behind; the inputs are gone once the job is done.
     expect(await listDir(mediaFolder(env, id))).toEqual(['preview.webp', 'stock.jpg']);
-    expect(await pathExists(inputFolder(env, id))).toBe(false);
+    expect(await storedInputs(env, id)).toEqual([]);
     // Completed once: later reads give the same completion time.
     const again = await final(api.baseUrl, key, id);
     expect(again.completed_at).toBe(item.completed_at);

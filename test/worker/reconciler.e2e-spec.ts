@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import type Bull from 'bull';
 import sharp from 'sharp';
+import { inputKey } from '../../src/media/media.js';
 import type { TestEnvironment } from '../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, sha256 } from '../support/fake-cog.js';
 import type { RunningService } from '../support/service.js';
@@ -13,11 +13,11 @@ import {
   expectFailedLeavingNothing,
   expectNoMedia,
   final,
-  inputFolder,
   jobSettled,
-  pathExists,
   Processes,
   query,
+  storedInputPath,
+  storedInputs,
   submit,
   TOOL,
   uniqueImage,
@@ -65,9 +65,9 @@ describe('the reconciler', () => {
   async function insertOrphan(clothes: Buffer, ageSeconds: number): Promise<string> {
     const id = randomUUID();
     const { width, height } = await sharp(clothes).metadata();
-    await mkdir(inputFolder(env, id), { recursive: true });
-    await writeFile(join(inputFolder(env, id), 'clothes'), clothes);
-    const inputs = { clothes: { key: `${id}/clothes`, format: 'png', width, height, bytes: clothes.length } };
+    await mkdir(env.serviceEnv.INPUT_ROOT, { recursive: true });
+    await writeFile(storedInputPath(env, id, 'clothes'), clothes);
+    const inputs = { clothes: { key: inputKey(id, 'clothes'), format: 'png', width, height, bytes: clothes.length } };
     await query(
       env,
       `INSERT INTO history_items (id, user_id, tool, generation_type, status, inputs, texts, created_at, updated_at)
@@ -87,7 +87,7 @@ describe('the reconciler', () => {
 
     await expectCompleteWithOutputs(api.baseUrl, item);
     expect(fake.requestsFor(clothes).length).toBeGreaterThanOrEqual(1);
-    expect(await pathExists(inputFolder(env, id))).toBe(false);
+    expect(await storedInputs(env, id)).toEqual([]);
   }, 60_000);
 
   it('ends an item pending past JOB_DEADLINE_MS as timeout, and its late result is thrown away', async () => {

@@ -1,0 +1,74 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { inputKey, outputKey } from './media.js';
+import { LocalObjectStore } from './object-store.js';
+
+describe('LocalObjectStore', () => {
+  let dir: string;
+  let root: string;
+  let sut: LocalObjectStore;
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'object-store-'));
+    root = join(dir, 'store');
+    sut = new LocalObjectStore(root);
+  });
+
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** An upload's temporary file, outside the store. */
+  async function upload(content: string): Promise<string> {
+    const path = join(dir, randomUUID());
+    await writeFile(path, content);
+    return path;
+  }
+
+  it('moves uploads in as flat files, making the store folder on the first one', async () => {
+    const id = randomUUID();
+    const clothes = await upload('clothes bytes');
+    const person = await upload('person bytes');
+
+    await sut.putFile(inputKey(id, 'clothes'), clothes);
+    await sut.putFile(inputKey(id, 'person'), person);
+
+    expect((await readdir(root)).sort()).toEqual([inputKey(id, 'clothes'), inputKey(id, 'person')].sort());
+    expect((await sut.get(inputKey(id, 'person'))).toString()).toBe('person bytes');
+    expect((await readdir(dir)).sort()).toEqual(['store']);
+  });
+
+  it('deletes the keys it is given, a missing one included, and nothing else', async () => {
+    const id = randomUUID();
+    const other = randomUUID();
+    for (const key of [inputKey(id, 'clothes'), inputKey(id, 'person'), inputKey(other, 'clothes')]) {
+      await sut.putFile(key, await upload(key));
+    }
+
+    await sut.delete([inputKey(id, 'clothes'), inputKey(id, 'person'), inputKey(id, 'never-stored')]);
+
+    expect(await readdir(root)).toEqual([inputKey(other, 'clothes')]);
+    expect((await readFile(join(root, inputKey(other, 'clothes')))).toString()).toBe(inputKey(other, 'clothes'));
+  });
+
+  it("deletes a folder of outputs and leaves its neighbours'", async () => {
+    const id = randomUUID();
+    const neighbour = randomUUID();
+    await sut.put(outputKey(id, 'stock'), Buffer.from('stock'));
+    await sut.put(outputKey(id, 'preview'), Buffer.from('preview'));
+    await sut.put(outputKey(neighbour, 'stock'), Buffer.from('kept'));
+
+    await sut.deleteFolder(id);
+
+    expect(await readdir(root)).toEqual([neighbour]);
+    expect((await sut.get(outputKey(neighbour, 'stock'))).toString()).toBe('kept');
+  });
+
+  it('refuses keys that would leave the store', async () => {
+    await expect(sut.delete(['../outside'])).rejects.toThrow('invalid object key');
+    await expect(sut.put('a/../../outside', Buffer.from('x'))).rejects.toThrow('invalid object key');
+    await expect(sut.deleteFolder('')).rejects.toThrow('invalid object key');
+  });
+});
