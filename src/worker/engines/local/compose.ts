@@ -16,7 +16,10 @@ export function compositeOver(base: RawImage, overlay: RawImage, left: number, t
     const oy = y - top;
     for (let x = x0; x < x1; x++) {
       const op = (oy * overlay.width + (x - left)) * oc;
-      const a = ((oc === 4 ? overlay.data[op + 3] : 255) / 255) * opacity;
+      const coverage = oc === 4 ? overlay.data[op + 3] : 255;
+      // A cut-out is mostly fully transparent or fully opaque: those pixels need no arithmetic.
+      if (coverage === 0) continue;
+      const a = (coverage / 255) * opacity;
       if (a <= 0) continue;
       const bp = (y * base.width + x) * bc;
       if (a >= 1) {
@@ -39,16 +42,22 @@ export function applyShade(base: RawImage, shade: Plane, left: number, top: numb
   const y0 = max(0, top);
   const x1 = min(base.width, left + shade.width);
   const y1 = min(base.height, top + shade.height);
+  // Every (shade, byte) pair's result, computed once: a shadow covers up to a million pixels.
+  const shaded = new Uint8Array(256 * 256);
+  for (let s = 0; s < 256; s++) {
+    const k = 1 - (strength * s) / 255;
+    for (let value = 0; value < 256; value++) shaded[(s << 8) | value] = clampByte(value * k);
+  }
   for (let y = y0; y < y1; y++) {
     const sy = y - top;
     for (let x = x0; x < x1; x++) {
       const s = shade.data[sy * shade.width + (x - left)];
       if (s === 0) continue;
-      const k = 1 - (strength * s) / 255;
+      const row = s << 8;
       const bp = (y * base.width + x) * bc;
-      base.data[bp] = clampByte(base.data[bp] * k);
-      base.data[bp + 1] = clampByte(base.data[bp + 1] * k);
-      base.data[bp + 2] = clampByte(base.data[bp + 2] * k);
+      base.data[bp] = shaded[row | base.data[bp]];
+      base.data[bp + 1] = shaded[row | base.data[bp + 1]];
+      base.data[bp + 2] = shaded[row | base.data[bp + 2]];
     }
   }
 }
@@ -126,28 +135,39 @@ function boxBlur(data: Float32Array, lines: number, length: number, step: number
 /** Bilinear upsampling of a reduced plane back to width x height. */
 function upsample(small: Float32Array, sw: number, sh: number, width: number, height: number, factor: number): Uint8Array {
   const out = new Uint8Array(width * height);
+  // Each column's two source samples and weight, the same for every row.
   const x0s = new Int32Array(width);
+  const x1s = new Int32Array(width);
   const fxs = new Float32Array(width);
   for (let x = 0; x < width; x++) {
     const sx = clamp((x + 0.5) / factor - 0.5, 0, sw - 1);
-    x0s[x] = min(sw - 2, floor(sx));
-    fxs[x] = sx - x0s[x];
+    const x0 = min(sw - 2, floor(sx));
+    fxs[x] = sx - x0;
+    x0s[x] = max(0, x0);
+    x1s[x] = min(sw - 1, x0s[x] + 1);
   }
+  // The rows between two source rows share their horizontal interpolations: computed once per source row pair.
+  const tops = new Float64Array(width);
+  const bottoms = new Float64Array(width);
+  let cachedY0 = -1;
   for (let y = 0; y < height; y++) {
     const sy = clamp((y + 0.5) / factor - 0.5, 0, sh - 1);
     const y0 = max(0, min(sh - 2, floor(sy)));
     const fy = sy - y0;
-    const r0 = y0 * sw;
-    const r1 = min(sh - 1, y0 + 1) * sw;
-    const row = y * width;
-    for (let x = 0; x < width; x++) {
-      const x0 = max(0, x0s[x]);
-      const x1 = min(sw - 1, x0 + 1);
-      const fx = fxs[x];
-      const top = small[r0 + x0] + (small[r0 + x1] - small[r0 + x0]) * fx;
-      const bottom = small[r1 + x0] + (small[r1 + x1] - small[r1 + x0]) * fx;
-      out[row + x] = clampByte(top + (bottom - top) * fy);
+    if (y0 !== cachedY0) {
+      const r0 = y0 * sw;
+      const r1 = min(sh - 1, y0 + 1) * sw;
+      for (let x = 0; x < width; x++) {
+        const x0 = x0s[x];
+        const x1 = x1s[x];
+        const fx = fxs[x];
+        tops[x] = small[r0 + x0] + (small[r0 + x1] - small[r0 + x0]) * fx;
+        bottoms[x] = small[r1 + x0] + (small[r1 + x1] - small[r1 + x0]) * fx;
+      }
+      cachedY0 = y0;
     }
+    const row = y * width;
+    for (let x = 0; x < width; x++) out[row + x] = clampByte(tops[x] + (bottoms[x] - tops[x]) * fy);
   }
   return out;
 }

@@ -51,19 +51,14 @@ export const productCardPipeline: Pipeline = async (ctx) => {
 };
 
 function gradientCard(): RawImage {
-  const data = Buffer.alloc(CARD_WIDTH * CARD_HEIGHT * 3);
-  const row = Buffer.alloc(CARD_WIDTH * 3);
+  const data = Buffer.allocUnsafe(CARD_WIDTH * CARD_HEIGHT * 3);
+  const rowBytes = CARD_WIDTH * 3;
   for (let y = 0; y < CARD_HEIGHT; y++) {
     const t = y / (CARD_HEIGHT - 1);
     const r = round(CARD_TOP.r + (CARD_BOTTOM.r - CARD_TOP.r) * t);
     const g = round(CARD_TOP.g + (CARD_BOTTOM.g - CARD_TOP.g) * t);
     const b = round(CARD_TOP.b + (CARD_BOTTOM.b - CARD_TOP.b) * t);
-    for (let x = 0; x < CARD_WIDTH; x++) {
-      row[x * 3] = r;
-      row[x * 3 + 1] = g;
-      row[x * 3 + 2] = b;
-    }
-    row.copy(data, y * CARD_WIDTH * 3);
+    data.fill(Buffer.of(r, g, b), y * rowBytes, (y + 1) * rowBytes);
   }
   return { data, width: CARD_WIDTH, height: CARD_HEIGHT, channels: 3 };
 }
