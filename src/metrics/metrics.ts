@@ -52,7 +52,7 @@ export class Metrics {
 
   private readonly engineDuration = new Histogram({
     name: 'igs_engine_duration_seconds',
-    help: 'Engine calls, successful or not, by tool and engine kind (local, cog)',
+    help: 'Engine calls, successful or not, by tool and engine kind (local, cog); local ones include encoding the outputs',
     labelNames: ['tool', 'engine'] as const,
     buckets: JOB_SECONDS,
     registers: [this.registry],

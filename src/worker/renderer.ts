@@ -14,6 +14,7 @@ export interface RenderedOutputs {
 
 /** Encodes an engine's result once into the two files clients download. */
 export async function renderOutputs(image: EngineImage, limitInputPixels: number): Promise<RenderedOutputs> {
+  if (image.kind === 'rendered') return image.outputs;
   const source =
     image.kind === 'raw'
       ? sharp(image.data, { raw: { width: image.width, height: image.height, channels: image.channels } })

@@ -1,10 +1,11 @@
 /**
- * The local engine on worker threads (the built dist/, as the worker runs it): results identical to the
- * in-process engine, jobs side by side, and errors that keep what the processor decides by.
+ * The local engine on worker threads (the built dist/, as the worker runs it): output files identical to the
+ * in-process engine's rendered result, jobs side by side, and errors that keep what the processor decides by.
  */
 import { createHash } from 'node:crypto';
 import sharp from 'sharp';
 import type { Engine, EngineImage, EngineRequest } from '../../src/worker/engines/engine.js';
+import type { RenderedOutputs } from '../../src/worker/renderer.js';
 
 interface LocalEngines {
   LocalEngine: new (options?: { limitInputPixels?: number }) => Engine;
@@ -13,12 +14,16 @@ interface LocalEngines {
 interface EngineErrors {
   PermanentEngineError: new (...args: never[]) => Error & { code: string };
 }
+interface Renderer {
+  renderOutputs: (image: EngineImage, limitInputPixels: number) => Promise<RenderedOutputs>;
+}
 
 const LIMIT = 40_000_000;
 const dist = (path: string) => import(new URL(`../../dist/${path}`, import.meta.url).href);
 
 let engines: LocalEngines;
 let errors: EngineErrors;
+let renderer: Renderer;
 let sut: InstanceType<LocalEngines['ThreadedLocalEngine']>;
 let clothes: Buffer;
 
@@ -29,7 +34,7 @@ const card = (images: Record<string, Buffer> = { clothes }, signal?: AbortSignal
   texts: {},
   signal,
 });
-const digest = (image: EngineImage) => createHash('sha256').update(image.data).digest('hex');
+const digest = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
 /** 11 megapixels: a job that runs for a good part of a second. */
 const largeClothes = () =>
   sharp({ create: { width: 3000, height: 3750, channels: 3, background: '#f4f4f4' } })
@@ -40,6 +45,7 @@ const largeClothes = () =>
 beforeAll(async () => {
   engines = (await dist('worker/engines/local/index.js')) as LocalEngines;
   errors = (await dist('worker/engines/engine.js')) as EngineErrors;
+  renderer = (await dist('worker/renderer.js')) as Renderer;
   clothes = await sharp({ create: { width: 400, height: 500, channels: 3, background: '#f4f4f4' } })
     .composite([{ input: Buffer.from('<svg width="400" height="500"><rect x="90" y="80" width="220" height="340" fill="#2a5d9f"/></svg>') }])
     .jpeg()
@@ -51,13 +57,20 @@ afterAll(async () => {
   await sut.close();
 });
 
-it('gives the very bytes of the in-process engine, for jobs run side by side', async () => {
-  const expected = await new engines.LocalEngine({ limitInputPixels: LIMIT }).generate(card());
+it("renders the very files of the in-process engine's result, for jobs run side by side", async () => {
+  const expected = await renderer.renderOutputs(await new engines.LocalEngine({ limitInputPixels: LIMIT }).generate(card()), LIMIT);
 
   const results = await Promise.all([1, 2, 3, 4].map(() => sut.generate(card())));
 
-  expect(results.map((result) => [result.kind, Buffer.isBuffer(result.data), digest(result)])).toEqual(
-    results.map(() => ['raw', true, digest(expected)]),
+  const files = (result: EngineImage) =>
+    result.kind === 'rendered'
+      ? Object.entries(result.outputs).map(([name, bytes]) => [name, Buffer.isBuffer(bytes), digest(bytes)])
+      : result.kind;
+  expect(results.map(files)).toEqual(
+    results.map(() => [
+      ['stock', true, digest(expected.stock)],
+      ['preview', true, digest(expected.preview)],
+    ]),
   );
 }, 60_000);
 
@@ -89,7 +102,7 @@ it('stops a running job at its next step when its signal fires, and the thread k
   const complete = performance.now();
   await sut.generate(card({ clothes: large }));
   expect(stoppedAfter).toBeLessThan(performance.now() - complete);
-  await expect(sut.generate(card())).resolves.toMatchObject({ kind: 'raw' });
+  await expect(sut.generate(card())).resolves.toMatchObject({ kind: 'rendered' });
 }, 60_000);
 
 it('fails a job still running when the engine is closed', async () => {

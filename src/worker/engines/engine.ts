@@ -1,3 +1,5 @@
+import type { RenderedOutputs } from '../renderer.js';
+
 /** One decoded image handed to an engine: the private input file's bytes, already validated at upload. */
 export type EngineImages = Readonly<Record<string, Buffer>>;
 
@@ -11,12 +13,14 @@ export interface EngineRequest {
 }
 
 /**
- * The engine's single result image. Local engines hand back raw pixels so the renderer encodes once;
- * remote engines hand back the encoded file they received.
+ * The engine's single result image. Local engines hand back raw pixels so the renderer encodes once, or, on
+ * their own threads, the two files the renderer made there; remote engines hand back the encoded file they
+ * received.
  */
 export type EngineImage =
   | { kind: 'raw'; data: Buffer; width: number; height: number; channels: 3 | 4 }
-  | { kind: 'encoded'; data: Buffer };
+  | { kind: 'encoded'; data: Buffer }
+  | { kind: 'rendered'; outputs: RenderedOutputs };
 
 export interface Engine {
   generate(request: EngineRequest): Promise<EngineImage>;

@@ -78,7 +78,7 @@ export class CogEngine implements Engine {
     this.predictionsUrl.hash = '';
   }
 
-  async generate(request: EngineRequest): Promise<EngineImage> {
+  async generate(request: EngineRequest): Promise<Extract<EngineImage, { kind: 'encoded' }>> {
     request.signal?.throwIfAborted();
     const data = await this.fetchOutput(request);
     await verifyImage(data);

@@ -1,5 +1,6 @@
 /** What the service and a local-engine thread (engine-thread.ts) send each other. */
-import { type EngineImage, type EngineRequest, PermanentEngineError } from '../engine.js';
+import type { RenderedOutputs } from '../../renderer.js';
+import { type EngineRequest, PermanentEngineError } from '../engine.js';
 
 /** Run one job; the thread answers with one ThreadReply. */
 export interface JobMessage {
@@ -15,7 +16,7 @@ export interface AbortMessage {
 
 export type ThreadMessage = JobMessage | AbortMessage;
 
-export type ThreadReply = { type: 'done'; image: EngineImage } | { type: 'failed'; error: ErrorDescription };
+export type ThreadReply = { type: 'done'; outputs: RenderedOutputs } | { type: 'failed'; error: ErrorDescription };
 
 /** An error as it crosses threads: its class is lost on the way, its name and a permanent failure's code are kept. */
 export interface ErrorDescription {

@@ -64,6 +64,10 @@ export class ThreadedLocalEngine implements Engine {
   }
 }
 
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
 /** One worker thread running one job at a time. */
 class EngineThread {
   alive = true;
@@ -76,11 +80,9 @@ class EngineThread {
       const pending = this.pending;
       this.pending = undefined;
       if (reply.type === 'failed') return pending?.reject(errorFrom(reply.error));
-      const { image } = reply;
-      // Bytes arrive as a plain Uint8Array (structured cloning keeps the bytes, not the Buffer class).
-      pending?.resolve(
-        image.kind === 'raw' ? { ...image, data: Buffer.from(image.data.buffer, image.data.byteOffset, image.data.byteLength) } : image,
-      );
+      // Bytes arrive as plain Uint8Arrays (structured cloning keeps the bytes, not the Buffer class).
+      const { stock, preview } = reply.outputs;
+      pending?.resolve({ kind: 'rendered', outputs: { stock: asBuffer(stock), preview: asBuffer(preview) } });
     });
     // An uncaught error in the thread (out of memory, a bug) ends it: its job may succeed on another try.
     this.worker.on('error', (error) => this.died(error));
