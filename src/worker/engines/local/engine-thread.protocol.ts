@@ -18,6 +18,11 @@ export type ThreadMessage = JobMessage | AbortMessage;
 
 export type ThreadReply = { type: 'done'; outputs: RenderedOutputs } | { type: 'failed'; error: ErrorDescription };
 
+/** Bytes that crossed threads arrive as plain Uint8Arrays (structured cloning keeps the bytes, not the Buffer class). */
+export function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
 /** An error as it crosses threads: its class is lost on the way, its name and a permanent failure's code are kept. */
 export interface ErrorDescription {
   name: string;

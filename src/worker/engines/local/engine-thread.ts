@@ -4,8 +4,8 @@
  * its error.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { type JobMessage, type ThreadMessage, type ThreadReply, describeError, errorFrom } from './engine-thread.protocol.js';
 import { renderOutputs } from '../../renderer.js';
+import { type JobMessage, type ThreadMessage, type ThreadReply, asBuffer, describeError, errorFrom } from './engine-thread.protocol.js';
 import { LocalEngine } from './local.engine.js';
 
 const port = parentPort!;
@@ -25,10 +25,7 @@ async function run({ request }: JobMessage): Promise<void> {
   running = new AbortController();
   let reply: ThreadReply;
   try {
-    // Buffers arrive as plain Uint8Arrays (structured cloning keeps the bytes, not the class).
-    const images = Object.fromEntries(
-      Object.entries(request.images).map(([name, bytes]) => [name, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)]),
-    );
+    const images = Object.fromEntries(Object.entries(request.images).map(([name, bytes]) => [name, asBuffer(bytes)]));
     const image = await engine.generate({ ...request, images, signal: running.signal });
     // Encoded here, the raw pixels (megabytes a job) never reach the service's thread, whose large heap
     // each such allocation would push towards a full garbage collection; only the files cross, copied.

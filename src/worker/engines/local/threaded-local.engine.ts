@@ -1,6 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import type { Engine, EngineImage, EngineRequest } from '../engine.js';
-import { type ThreadMessage, type ThreadReply, describeError, errorFrom } from './engine-thread.protocol.js';
+import { type ThreadMessage, type ThreadReply, asBuffer, describeError, errorFrom } from './engine-thread.protocol.js';
 import { checkAborted } from './raw-image.js';
 
 /**
@@ -64,10 +64,6 @@ export class ThreadedLocalEngine implements Engine {
   }
 }
 
-function asBuffer(bytes: Uint8Array): Buffer {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-}
-
 /** One worker thread running one job at a time. */
 class EngineThread {
   alive = true;
@@ -80,7 +76,6 @@ class EngineThread {
       const pending = this.pending;
       this.pending = undefined;
       if (reply.type === 'failed') return pending?.reject(errorFrom(reply.error));
-      // Bytes arrive as plain Uint8Arrays (structured cloning keeps the bytes, not the Buffer class).
       const { stock, preview } = reply.outputs;
       pending?.resolve({ kind: 'rendered', outputs: { stock: asBuffer(stock), preview: asBuffer(preview) } });
     });
