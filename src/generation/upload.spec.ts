@@ -48,6 +48,27 @@ describe('upload probe', () => {
     }
   });
 
+  it.each([
+    ['a file longer than the head', 200_000],
+    ['a file shorter than the head', 1000],
+  ])('keeps the first 64 KiB of %s, across chunks', (_case, length) => {
+    const bytes = Buffer.from(Array.from({ length }, (_, i) => (i * 7) % 251));
+
+    const sut = probe(bytes, [7, 1, 65_536, 3000]);
+
+    expect(sut.head.equals(bytes.subarray(0, 64 * 1024))).toBe(true);
+  });
+
+  it('gives a released head to the next probe, which sees only its own bytes', () => {
+    const first = probe(Buffer.alloc(100_000, 1), [4096]);
+    first.release();
+
+    const second = probe(Buffer.alloc(10, 2), [3]);
+
+    expect(first.head.length).toBe(0);
+    expect(second.head).toEqual(Buffer.alloc(10, 2));
+  });
+
   it('digests the whole file, when asked to', async () => {
     const bytes = await image('jpeg');
 

@@ -1,6 +1,6 @@
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FormValue, makeImage, postJob } from '../support/jobs.js';
+import { type FormValue, makeImage, postJob, withLeadingMetadata } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import {
   bearer,
@@ -91,6 +91,16 @@ const BAD_UPLOADS: BadUpload[] = [
     status: 422,
     code: 'image_too_small',
     send: async (baseUrl, key) => postJob(baseUrl, key, { tool: 'default', image: await png(8, 8) }),
+  },
+  {
+    name: 'an 8x8 JPEG whose header lies behind 150 KB of metadata',
+    status: 422,
+    code: 'image_too_small',
+    send: async (baseUrl, key) =>
+      postJob(baseUrl, key, {
+        tool: 'default',
+        image: file(withLeadingMetadata(await makeImage(8, 8, 'jpeg'), 150_000), 'image.jpg', 'image/jpeg'),
+      }),
   },
   {
     name: 'a PNG within 8192 px a side but over 40 megapixels (8000x6000)',

@@ -3,7 +3,7 @@ import sharp from 'sharp';
 import { CARD_HEIGHT, CARD_WIDTH } from '../../src/worker/engines/local/product-card.pipeline.js';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FormValue, type HistoryItemBody, makeImage, postJob, waitForFinal } from '../support/jobs.js';
+import { type FormValue, type HistoryItemBody, makeImage, postJob, waitForFinal, withLeadingMetadata } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import { bearer, CREATE_PATH, file, type JobAcceptedBody, type ProblemBody, UUID } from './helpers.js';
 
@@ -214,6 +214,32 @@ describe('job creation with a worker running', () => {
       });
 
       const accepted = await expectAccepted(response);
+      const stock = await sharp(await stockBytes(accepted)).metadata();
+      expect([stock.format, stock.width, stock.height]).toEqual(['jpeg', width, height]);
+    },
+    JOB_TIMEOUT_MS,
+  );
+
+  it(
+    'reads the size of a JPEG whose header lies behind 150 KB of metadata, and of a WebP of over 64 KiB',
+    async () => {
+      const { width, height } = SIZES.person;
+      const clothes = withLeadingMetadata(await makeImage(360, 420, 'jpeg', '#a53a3a'), 150_000);
+      const person = await sharp({
+        create: { width, height, channels: 3, background: '#808080', noise: { type: 'gaussian', mean: 128, sigma: 40 } },
+      })
+        .webp()
+        .toBuffer();
+      expect(person.length).toBeGreaterThan(64 * 1024);
+
+      const accepted = await expectAccepted(
+        await postJob(sut.baseUrl, apiKey, {
+          tool: 'fashion_swap',
+          clothes: file(clothes, 'clothes.jpg', 'image/jpeg'),
+          person: file(person, 'person.webp', 'image/webp'),
+        }),
+      );
+
       const stock = await sharp(await stockBytes(accepted)).metadata();
       expect([stock.format, stock.width, stock.height]).toEqual(['jpeg', width, height]);
     },

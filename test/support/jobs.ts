@@ -14,6 +14,22 @@ export async function makeImage(
   return sharp(Buffer.from(svg))[format]().toBuffer();
 }
 
+/**
+ * The JPEG with comment segments of `bytes` in all right after its start marker, as cameras put large
+ * metadata there: its header (the frame's size) then starts that far into the file.
+ */
+export function withLeadingMetadata(jpeg: Buffer, bytes: number): Buffer {
+  const segments: Buffer[] = [];
+  for (let left = bytes; left > 0; left -= 60_000) {
+    const length = Math.min(left, 60_000);
+    const segment = Buffer.alloc(4 + length, 0x20);
+    segment.writeUInt16BE(0xfffe, 0); // COM
+    segment.writeUInt16BE(2 + length, 2);
+    segments.push(segment);
+  }
+  return Buffer.concat([jpeg.subarray(0, 2), ...segments, jpeg.subarray(2)]);
+}
+
 export type FormValue = string | { data: Buffer; filename?: string; contentType?: string };
 
 /** POSTs a job as a browser would, with multipart/form-data built by fetch itself. */
