@@ -34,25 +34,31 @@ export class GenerationService {
   /** Validates the upload, records the job and queues it; answers what the client is to receive. */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
     const idempotencyKey = IdempotencyKeys.validate(request.headers['idempotency-key']);
-    await this.rateLimit.check(userId);
-    const upload = await this.uploads.parse(request, response);
+    const creation = await this.rateLimit.take(userId);
     let accepted: StoredResponse | undefined;
     try {
-      if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
-      const fingerprint = fingerprintOf(upload);
-      const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
-      if (claim.kind === 'replay') return claim.response;
+      const upload = await this.uploads.parse(request, response);
       try {
-        accepted = await this.accept(userId, upload);
-        await this.idempotency.complete(claim.key, fingerprint, accepted);
-        return accepted;
-      } catch (error) {
-        await this.idempotency.release(claim.key).catch(() => {});
-        throw error;
+        if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
+        const fingerprint = fingerprintOf(upload);
+        const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
+        if (claim.kind === 'replay') return claim.response;
+        try {
+          accepted = await this.accept(userId, upload);
+          await this.idempotency.complete(claim.key, fingerprint, accepted);
+          return accepted;
+        } catch (error) {
+          await this.idempotency.release(claim.key).catch(() => {});
+          throw error;
+        }
+      } finally {
+        // An accepted job's files were moved into the input store; an upload that made no job leaves nothing.
+        if (!accepted) await this.uploads.discard(upload);
       }
     } finally {
-      // An accepted job's files were moved into the input store; an upload that made no job leaves nothing.
-      if (!accepted) await this.uploads.discard(upload);
+      // Only creations count against the per-minute budget: not refused uploads, not idempotent replays.
+      // With Redis gone, the creation stays taken until its counter expires: one too few, never one too many.
+      if (!accepted) await this.rateLimit.refund(creation).catch(() => {});
     }
   }
 
@@ -61,8 +67,6 @@ export class GenerationService {
    * row and inputs are removed again and the client is told to retry (503).
    */
   private async accept(userId: string, upload: ValidUpload): Promise<StoredResponse> {
-    // Only creations count against the per-minute budget: not refused uploads, not idempotent replays.
-    await this.rateLimit.take(userId);
     const id = randomUUID();
     const stored: Record<string, StoredInput> = {};
     try {

@@ -7,63 +7,80 @@ import { REDIS } from '../redis/redis.module.js';
 const WINDOW_MS = 60_000;
 
 /**
+ * Takes one creation when the weighted count leaves room for it: KEYS = this minute's and the previous
+ * minute's counters; ARGV = limit, elapsed fraction of this minute, counter lifetime (ms).
+ * Returns [taken (1 or 0), this minute's count, previous minute's count], counts before any taking.
+ */
+const TAKE_SCRIPT = `
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local previous = tonumber(redis.call('GET', KEYS[2]) or '0')
+if previous * (1 - tonumber(ARGV[2])) + current + 1 > tonumber(ARGV[1]) then
+  return {0, current, previous}
+end
+redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {1, current, previous}
+`;
+
+/** Gives one creation back, unless its counter has already expired (a counter without expiry would stay). */
+const REFUND_SCRIPT = `
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DECR', KEYS[1]) end
+return 0
+`;
+
+interface RateLimitCommands {
+  takeCreation(current: string, previous: string, limit: number, elapsed: number, ttlMs: number): Promise<[number, number, number]>;
+  refundCreation(key: string): Promise<number>;
+}
+
+/** A creation taken from a user's budget: given back with `refund` when no job came of the request. */
+export interface CreationTicket {
+  key: string;
+}
+
+/**
  * Job creations per user per minute, counted in Redis so every API replica shares one budget. A sliding
  * window (this minute's count plus the previous minute's, weighted by how much of it still overlaps)
  * keeps a burst across a minute boundary from getting two budgets.
+ *
+ * A creation is taken in one round trip before the upload is read, so a user over budget is refused
+ * without it; a request that makes no job (a refused upload, an idempotent replay, the pending limit)
+ * gives it back, so only accepted creations count.
  */
 @Injectable()
 export class CreationRateLimit {
-  constructor(
-    @Inject(REDIS) private readonly redis: Redis,
-    private readonly config: AppConfig,
-  ) {}
+  private readonly commands: RateLimitCommands;
 
-  /** Refuses early, before an upload is read, when the budget is already spent; takes nothing. */
-  async check(userId: string, now = Date.now()): Promise<void> {
-    const window = this.window(userId, now);
-    const [current, previous] = await this.redis.mget(window.currentKey, window.previousKey);
-    this.refuseOver(Number(current ?? 0), Number(previous ?? 0), window.elapsed, 0);
+  constructor(
+    @Inject(REDIS) redis: Redis,
+    private readonly config: AppConfig,
+  ) {
+    redis.defineCommand('takeCreation', { numberOfKeys: 2, lua: TAKE_SCRIPT });
+    redis.defineCommand('refundCreation', { numberOfKeys: 1, lua: REFUND_SCRIPT });
+    this.commands = redis as unknown as RateLimitCommands;
   }
 
   /** Takes one creation from the budget, or refuses with the seconds until one is free again. */
-  async take(userId: string, now = Date.now()): Promise<void> {
-    const window = this.window(userId, now);
-    const results = await this.redis
-      .multi()
-      .incr(window.currentKey)
-      .pexpire(window.currentKey, 2 * WINDOW_MS)
-      .get(window.previousKey)
-      .exec();
-    const current = Number(results?.[0]?.[1] ?? 0);
-    const previous = Number(results?.[2]?.[1] ?? 0);
-    try {
-      this.refuseOver(current, previous, window.elapsed, 1);
-    } catch (error) {
-      // A refused request does not spend the budget.
-      await this.redis.decr(window.currentKey);
-      throw error;
-    }
-  }
-
-  private window(userId: string, now: number) {
+  async take(userId: string, now = Date.now()): Promise<CreationTicket> {
     const minute = Math.floor(now / WINDOW_MS);
-    return {
-      currentKey: `rate:create:${userId}:${minute}`,
-      previousKey: `rate:create:${userId}:${minute - 1}`,
-      elapsed: (now % WINDOW_MS) / WINDOW_MS,
-    };
-  }
-
-  /** `including` is 1 when `current` already counts the request being decided. */
-  private refuseOver(current: number, previous: number, elapsed: number, including: number): void {
+    const elapsed = (now % WINDOW_MS) / WINDOW_MS;
+    const key = counterKey(userId, minute);
     const limit = this.config.limitCreationsPerMinute;
-    const used = previous * (1 - elapsed) + current - including;
-    if (used + 1 <= limit) return;
-    const retryAfter = secondsUntilFree(limit, current - including, previous, elapsed);
+    const [taken, current, previous] = await this.commands.takeCreation(key, counterKey(userId, minute - 1), limit, elapsed, 2 * WINDOW_MS);
+    if (taken === 1) return { key };
+    const retryAfter = secondsUntilFree(limit, current, previous, elapsed);
     throw new DomainError('rate_limited', `At most ${limit} job creations a minute; retry in ${retryAfter} s.`, {
       headers: { 'Retry-After': String(retryAfter) },
     });
   }
+
+  async refund(ticket: CreationTicket): Promise<void> {
+    await this.commands.refundCreation(ticket.key);
+  }
+}
+
+function counterKey(userId: string, minute: number): string {
+  return `rate:create:${userId}:${minute}`;
 }
 
 /** When the weighted count first leaves room for one more creation, in whole seconds (1..60). */

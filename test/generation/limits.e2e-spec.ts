@@ -3,7 +3,7 @@ import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { inputsFor, postJob } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { CREATE_PATH, filesUnder, itemsWithInputs, listHistory, type ProblemBody, retryAfterSeconds } from './helpers.js';
+import { bearer, CREATE_PATH, filesUnder, itemsWithInputs, listHistory, type ProblemBody, retryAfterSeconds } from './helpers.js';
 
 async function expectTooManyRequests(response: Response, code: string): Promise<ProblemBody> {
   expect(response.status).toBe(429);
@@ -77,6 +77,35 @@ describe('per-user limits on job creation', () => {
       expect(await itemsWithInputs(env.serviceEnv.INPUT_ROOT)).toEqual(new Set([...storedBefore, ...ids]));
       expect(await filesUnder(env.serviceEnv.UPLOAD_TMP_DIR)).toEqual([]);
     });
+  });
+
+  describe('at most 1 pending job and 2 creations a minute', () => {
+    let sut: RunningService;
+
+    beforeAll(async () => {
+      sut = await startService({ ...env.serviceEnv, ROLE: 'api', LIMIT_MAX_PENDING: '1', LIMIT_CREATIONS_PER_MINUTE: '2' });
+    }, 60_000);
+
+    afterAll(async () => {
+      await sut?.stop();
+    }, 60_000);
+
+    it('does not count creations refused for the pending limit against the per-minute budget', async () => {
+      const apiKey = await createUserWithKey(env.databaseUrl);
+      const fields = await inputsFor('default');
+      const first = await postJob(sut.baseUrl, apiKey, fields);
+      expect(first.status).toBe(202);
+      for (let i = 0; i < 3; i++) await expectTooManyRequests(await postJob(sut.baseUrl, apiKey, fields), 'too_many_pending');
+      const { history_item_id: firstId } = (await first.json()) as { history_item_id: string };
+      const deleted = await fetch(`${sut.baseUrl}/user/generation-history/${firstId}`, { method: 'DELETE', headers: bearer(apiKey) });
+      expect(deleted.status).toBe(204);
+
+      const second = await postJob(sut.baseUrl, apiKey, fields);
+
+      expect(second.status).toBe(202);
+      // The two accepted creations are the whole budget.
+      await expectTooManyRequests(await postJob(sut.baseUrl, apiKey, fields), 'rate_limited');
+    }, 15_000);
   });
 
   describe('at most 3 creations a minute (LIMIT_CREATIONS_PER_MINUTE=3)', () => {
