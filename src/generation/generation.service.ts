@@ -34,31 +34,39 @@ export class GenerationService {
   /** Validates the upload, records the job and queues it; answers what the client is to receive. */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
     const idempotencyKey = IdempotencyKeys.validate(request.headers['idempotency-key']);
-    const creation = await this.rateLimit.take(userId);
+    await this.rateLimit.check(userId);
+    const upload = await this.uploads.parse(request, response);
     let accepted: StoredResponse | undefined;
     try {
-      const upload = await this.uploads.parse(request, response);
+      if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
+      const fingerprint = fingerprintOf(upload);
+      const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
+      if (claim.kind === 'replay') return claim.response;
       try {
-        if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
-        const fingerprint = fingerprintOf(upload);
-        const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
-        if (claim.kind === 'replay') return claim.response;
-        try {
-          accepted = await this.accept(userId, upload);
-          await this.idempotency.complete(claim.key, fingerprint, accepted);
-          return accepted;
-        } catch (error) {
-          await this.idempotency.release(claim.key).catch(() => {});
-          throw error;
-        }
-      } finally {
-        // An accepted job's files were moved into the input store; an upload that made no job leaves nothing.
-        if (!accepted) await this.uploads.discard(upload);
+        accepted = await this.accept(userId, upload);
+        await this.idempotency.complete(claim.key, fingerprint, accepted);
+        return accepted;
+      } catch (error) {
+        await this.idempotency.release(claim.key).catch(() => {});
+        throw error;
       }
     } finally {
-      // Only creations count against the per-minute budget: not refused uploads, not idempotent replays.
+      // An accepted job's files were moved into the input store; an upload that made no job leaves nothing.
+      if (!accepted) await this.uploads.discard(upload);
+    }
+  }
+
+  /** Takes a creation from the user's per-minute budget for the job it records and queues. */
+  private async accept(userId: string, upload: ValidUpload): Promise<StoredResponse> {
+    // Only creations count against the per-minute budget: not refused uploads, not idempotent replays,
+    // not the requests the pending limit or a queue outage refuses below.
+    const creation = await this.rateLimit.take(userId);
+    try {
+      return await this.record(userId, upload);
+    } catch (error) {
       // With Redis gone, the creation stays taken until its counter expires: one too few, never one too many.
-      if (!accepted) await this.rateLimit.refund(creation).catch(() => {});
+      await this.rateLimit.refund(creation).catch(() => {});
+      throw error;
     }
   }
 
@@ -66,7 +74,7 @@ export class GenerationService {
    * The row is written before the job is queued, so nothing accepted can be lost: if queueing fails, the
    * row and inputs are removed again and the client is told to retry (503).
    */
-  private async accept(userId: string, upload: ValidUpload): Promise<StoredResponse> {
+  private async record(userId: string, upload: ValidUpload): Promise<StoredResponse> {
     const id = randomUUID();
     const stored: Record<string, StoredInput> = {};
     try {

@@ -43,16 +43,16 @@ export interface CreationTicket {
  * window (this minute's count plus the previous minute's, weighted by how much of it still overlaps)
  * keeps a burst across a minute boundary from getting two budgets.
  *
- * A creation is taken in one round trip before the upload is read, so a user over budget is refused
- * without it; a request that makes no job (a refused upload, an idempotent replay, the pending limit)
- * gives it back, so only accepted creations count.
+ * Only accepted creations count: a request is checked before its upload is read (a user over budget is
+ * refused without reading it) and takes a creation once the upload is valid; if the job is then refused
+ * after all (the pending limit, the queue unavailable), the creation is given back.
  */
 @Injectable()
 export class CreationRateLimit {
   private readonly commands: RateLimitCommands;
 
   constructor(
-    @Inject(REDIS) redis: Redis,
+    @Inject(REDIS) private readonly redis: Redis,
     private readonly config: AppConfig,
   ) {
     redis.defineCommand('takeCreation', { numberOfKeys: 2, lua: TAKE_SCRIPT });
@@ -60,23 +60,47 @@ export class CreationRateLimit {
     this.commands = redis as unknown as RateLimitCommands;
   }
 
-  /** Takes one creation from the budget, or refuses with the seconds until one is free again. */
+  /** Refuses early, before an upload is read, when the budget is already spent; takes nothing. */
+  async check(userId: string, now = Date.now()): Promise<void> {
+    const { key, previousKey, elapsed } = windowOf(userId, now);
+    const [current, previous] = await this.redis.mget(key, previousKey);
+    const used = Number(current ?? 0);
+    const before = Number(previous ?? 0);
+    if (before * (1 - elapsed) + used + 1 > this.config.limitCreationsPerMinute) this.refuse(used, before, elapsed);
+  }
+
+  /** Takes one creation from the budget in one round trip, or refuses with the seconds until one is free. */
   async take(userId: string, now = Date.now()): Promise<CreationTicket> {
-    const minute = Math.floor(now / WINDOW_MS);
-    const elapsed = (now % WINDOW_MS) / WINDOW_MS;
-    const key = counterKey(userId, minute);
+    const { key, previousKey, elapsed } = windowOf(userId, now);
+    const [taken, current, previous] = await this.commands.takeCreation(
+      key,
+      previousKey,
+      this.config.limitCreationsPerMinute,
+      elapsed,
+      2 * WINDOW_MS,
+    );
+    if (taken !== 1) this.refuse(current, previous, elapsed);
+    return { key };
+  }
+
+  /** Gives a taken creation back, when no job came of it after all. */
+  async refund(ticket: CreationTicket): Promise<void> {
+    await this.commands.refundCreation(ticket.key);
+  }
+
+  private refuse(current: number, previous: number, elapsed: number): never {
     const limit = this.config.limitCreationsPerMinute;
-    const [taken, current, previous] = await this.commands.takeCreation(key, counterKey(userId, minute - 1), limit, elapsed, 2 * WINDOW_MS);
-    if (taken === 1) return { key };
     const retryAfter = secondsUntilFree(limit, current, previous, elapsed);
     throw new DomainError('rate_limited', `At most ${limit} job creations a minute; retry in ${retryAfter} s.`, {
       headers: { 'Retry-After': String(retryAfter) },
     });
   }
+}
 
-  async refund(ticket: CreationTicket): Promise<void> {
-    await this.commands.refundCreation(ticket.key);
-  }
+/** This minute's and the previous minute's counters, and how far into this minute `now` is (0..1). */
+function windowOf(userId: string, now: number) {
+  const minute = Math.floor(now / WINDOW_MS);
+  return { key: counterKey(userId, minute), previousKey: counterKey(userId, minute - 1), elapsed: (now % WINDOW_MS) / WINDOW_MS };
 }
 
 function counterKey(userId: string, minute: number): string {
