@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import sharp from 'sharp';
-import { formatOf, Probe } from './upload.js';
+import { formatOf } from './upload.js';
+import { Probe } from './upload-storage.js';
 
 /** Feeds `bytes` to a probe in chunks of the given sizes, repeated, the way a socket may deliver them. */
 function probe(bytes: Buffer, chunkSizes: number[], hashed = false): Probe {

@@ -1,4 +1,3 @@
-import { createHash, type Hash, randomUUID } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { Injectable } from '@nestjs/common';
 import type { Request, Response } from 'express';
@@ -8,6 +7,7 @@ import { type CatalogTool, findTool } from '../catalog/catalog.js';
 import { DomainError, type FieldError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import type { StoredInput } from '../history/history-item.entity.js';
+import { type ProbedFile, ProbingTemporaryFiles } from './upload-storage.js';
 
 export type ImageFormat = StoredInput['format'];
 
@@ -44,7 +44,7 @@ export class UploadParser {
 
   constructor(private readonly config: AppConfig) {
     this.multer = multer({
-      storage: multer.diskStorage({ destination: config.uploadTmpDir, filename: probeWhileStoring }),
+      storage: new ProbingTemporaryFiles(config.uploadTmpDir),
       limits: {
         fileSize: config.uploadMaxFileBytes,
         parts: config.uploadMaxParts,
@@ -86,8 +86,9 @@ export class UploadParser {
     return new Promise((resolve, reject) => {
       this.multer.any()(request, response, (error: unknown) => {
         if (!error) return resolve();
-        // multer removes the files it wrote when it fails; nothing is left to clean.
-        reject(multipartError(error, this.config));
+        // multer removes the files it wrote when it fails; nothing is left to clean. A failure of this
+        // machine's (a full disk) is the service's, not the client's: it is not mapped to a 4xx.
+        reject(isSystemError(error) ? error : multipartError(error, this.config));
       });
     });
   }
@@ -206,55 +207,6 @@ export class UploadParser {
   }
 }
 
-/** The fewest bytes that can tell a JPEG, PNG or WebP apart. */
-const MAGIC_BYTES = 16;
-/**
- * How much of each file is kept in memory to read its header from. A JPEG's or PNG's header ends within
- * it unless the file carries unusually large metadata (a camera's thumbnail, say); then the file is read.
- */
-const HEAD_BYTES = 64 * 1024;
-const TAIL_BYTES = 64;
-/** Enough spare head buffers for the uploads of a busy moment; more are made when needed. */
-const SPARE_HEADS = 64;
-
-/**
- * Buffers for file heads, used again and again. A new one per file would be memory outside V8's heap,
- * which V8 counts toward its next full collection: at a few hundred uploads a second, one every moment.
- */
-const spareHeads: Buffer[] = [];
-
-/** What a file part's bytes said on their way to disk: enough to check its format without reading it back. */
-export class Probe {
-  private headBuffer: Buffer | undefined;
-  private headLength = 0;
-  tail: Buffer = Buffer.alloc(0);
-
-  constructor(readonly hash: Hash | undefined) {}
-
-  /** The file's first bytes, up to HEAD_BYTES (all of it, when it is no longer); valid until `release()`. */
-  get head(): Buffer {
-    return this.headBuffer?.subarray(0, this.headLength) ?? Buffer.alloc(0);
-  }
-
-  see(chunk: Buffer): void {
-    if (this.headLength < HEAD_BYTES) {
-      this.headBuffer ??= spareHeads.pop() ?? Buffer.allocUnsafeSlow(HEAD_BYTES);
-      this.headLength += chunk.copy(this.headBuffer, this.headLength, 0, HEAD_BYTES - this.headLength);
-    }
-    this.tail =
-      chunk.length >= TAIL_BYTES ? chunk.subarray(chunk.length - TAIL_BYTES) : Buffer.concat([this.tail, chunk]).subarray(-TAIL_BYTES);
-    this.hash?.update(chunk);
-  }
-
-  /** Hands the head's buffer on to a later upload; a probe that is never released just leaves it to the GC. */
-  release(): void {
-    if (this.headBuffer && spareHeads.length < SPARE_HEADS) spareHeads.push(this.headBuffer);
-    this.headBuffer = undefined;
-    this.headLength = 0;
-  }
-}
-
-type ProbedFile = Express.Multer.File & { probe: Probe };
 
 /**
  * The image's header, read from the bytes the probe kept where they hold it. Given a file, libvips finds
@@ -272,17 +224,8 @@ async function headerOf(file: ProbedFile, format: ImageFormat): Promise<Metadata
   return sharp(file.path, { limitInputPixels: false }).metadata();
 }
 
-/**
- * multer's `filename` hook, which runs just before the part is piped to its file: the probe listens to the
- * same stream, so the file's first and last bytes (and its digest, for an idempotent request) are known
- * once it is stored, without opening it again.
- */
-function probeWhileStoring(request: Request, file: Express.Multer.File, callback: (error: null, name: string) => void): void {
-  const probe = new Probe(request.headers['idempotency-key'] === undefined ? undefined : createHash('sha256'));
-  (file as ProbedFile).probe = probe;
-  file.stream.on('data', (chunk: Buffer) => probe.see(chunk));
-  callback(null, randomUUID());
-}
+/** The fewest bytes that can tell a JPEG, PNG or WebP apart. */
+const MAGIC_BYTES = 16;
 
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 const PNG_END = Buffer.from([0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82]);
@@ -334,6 +277,10 @@ function multipartError(error: unknown, config: AppConfig): DomainError {
     }
   }
   return new DomainError('malformed_multipart', 'The multipart body is malformed or incomplete.');
+}
+
+function isSystemError(error: unknown): boolean {
+  return error instanceof Error && typeof (error as NodeJS.ErrnoException).syscall === 'string';
 }
 
 function unexpected(field: string, why: string): DomainError {

@@ -1,5 +1,8 @@
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { waitUntil } from '../support/harness.js';
 import { type FormValue, makeImage, postJob, withLeadingMetadata } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import {
@@ -316,6 +319,33 @@ describe('job creation refusing bad uploads', () => {
     const peakAfter = await peakRssBytes(sut.process.pid!);
     expect(peakAfter - peakBefore).toBeLessThan(100 * MIB);
     expect((await fetch(`${sut.baseUrl}/health/live`)).status).toBe(200);
+  }, 30_000);
+
+  it('removes what it stored of an upload whose client went away in the middle of a file', async () => {
+    const boundary = '----igs-test-boundary-gone';
+    const image = Buffer.concat([await makeImage(320, 400), Buffer.alloc(4 * MIB, 0x5a)]);
+    const head = Buffer.from(
+      `--${boundary}\r\nContent-Disposition: form-data; name="tool"\r\n\r\ndefault\r\n` +
+        `--${boundary}\r\nContent-Disposition: form-data; name="image"; filename="image.png"\r\n` +
+        'Content-Type: image/png\r\n\r\n',
+    );
+    const { hostname, port } = new URL(sut.baseUrl);
+    const socket = connect(Number(port), hostname);
+    await once(socket, 'connect');
+    socket.write(
+      `POST ${CREATE_PATH} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nAuthorization: Bearer ${apiKey}\r\n` +
+        `Content-Type: multipart/form-data; boundary=${boundary}\r\nContent-Length: ${head.length + image.length + 100}\r\n\r\n`,
+    );
+    socket.write(head);
+    socket.write(image.subarray(0, 2 * MIB));
+    // Part of the file is on disk before the client goes.
+    await waitUntil(async () => (await filesUnder(tmpDir)).length === 1, 'a temporary file');
+
+    socket.destroy();
+
+    await waitUntil(async () => (await filesUnder(tmpDir)).length === 0, 'the temporary file to be removed');
+    expect(await filesUnder(inputDir)).toEqual([]);
+    expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(0);
   }, 30_000);
 
   it('is still up and accepting jobs after all of them', async () => {
