@@ -49,7 +49,12 @@ export interface CreationTicket {
  */
 @Injectable()
 export class CreationRateLimit {
+  /** Users this process has seen the most of; forgotten all at once when full, like the auth cache. */
+  private static readonly KNOWN_MAX_USERS = 10_000;
+
   private readonly commands: RateLimitCommands;
+  /** Per user, the creations left in the minute of this process's last take for them. */
+  private readonly known = new Map<string, { minute: number; room: number }>();
 
   constructor(
     @Inject(REDIS) private readonly redis: Redis,
@@ -60,9 +65,15 @@ export class CreationRateLimit {
     this.commands = redis as unknown as RateLimitCommands;
   }
 
-  /** Refuses early, before an upload is read, when the budget is already spent; takes nothing. */
+  /**
+   * Refuses early, before an upload is read, when the budget is already spent; takes nothing. Skipped
+   * while this process's last take for the user, this minute, left more than half the budget: only other
+   * replicas could have spent it since, and `take` still refuses then, after reading the upload.
+   */
   async check(userId: string, now = Date.now()): Promise<void> {
-    const { key, previousKey, elapsed } = windowOf(userId, now);
+    const { minute, key, previousKey, elapsed } = windowOf(userId, now);
+    const known = this.known.get(userId);
+    if (known && known.minute === minute && known.room > this.config.limitCreationsPerMinute / 2) return;
     const [current, previous] = await this.redis.mget(key, previousKey);
     const used = Number(current ?? 0);
     const before = Number(previous ?? 0);
@@ -71,14 +82,12 @@ export class CreationRateLimit {
 
   /** Takes one creation from the budget in one round trip, or refuses with the seconds until one is free. */
   async take(userId: string, now = Date.now()): Promise<CreationTicket> {
-    const { key, previousKey, elapsed } = windowOf(userId, now);
-    const [taken, current, previous] = await this.commands.takeCreation(
-      key,
-      previousKey,
-      this.config.limitCreationsPerMinute,
-      elapsed,
-      2 * WINDOW_MS,
-    );
+    const { minute, key, previousKey, elapsed } = windowOf(userId, now);
+    const limit = this.config.limitCreationsPerMinute;
+    const [taken, current, previous] = await this.commands.takeCreation(key, previousKey, limit, elapsed, 2 * WINDOW_MS);
+    const room = taken === 1 ? limit - (previous * (1 - elapsed) + current + 1) : 0;
+    if (this.known.size >= CreationRateLimit.KNOWN_MAX_USERS) this.known.clear();
+    this.known.set(userId, { minute, room });
     if (taken !== 1) this.refuse(current, previous, elapsed);
     return { key };
   }
@@ -100,7 +109,12 @@ export class CreationRateLimit {
 /** This minute's and the previous minute's counters, and how far into this minute `now` is (0..1). */
 function windowOf(userId: string, now: number) {
   const minute = Math.floor(now / WINDOW_MS);
-  return { key: counterKey(userId, minute), previousKey: counterKey(userId, minute - 1), elapsed: (now % WINDOW_MS) / WINDOW_MS };
+  return {
+    minute,
+    key: counterKey(userId, minute),
+    previousKey: counterKey(userId, minute - 1),
+    elapsed: (now % WINDOW_MS) / WINDOW_MS,
+  };
 }
 
 function counterKey(userId: string, minute: number): string {

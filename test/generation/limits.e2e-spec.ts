@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { inputsFor, postJob } from '../support/jobs.js';
+import { rawExchange } from '../hardening/raw-http.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import { bearer, CREATE_PATH, filesUnder, itemsWithInputs, listHistory, type ProblemBody, retryAfterSeconds } from './helpers.js';
 
@@ -134,6 +135,31 @@ describe('per-user limits on job creation', () => {
       expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(3);
       // The budget is the user's own: another user is unaffected.
       expect((await postJob(sut.baseUrl, otherKey, fields)).status).toBe(202);
+    }, 15_000);
+
+    it('refuses a user over budget before reading the upload', async () => {
+      const apiKey = await createUserWithKey(env.databaseUrl);
+      const fields = await inputsFor('default');
+      for (let i = 0; i < 3; i++) expect((await postJob(sut.baseUrl, apiKey, fields)).status).toBe(202);
+      const boundary = '----igs-over-budget';
+      const partOfBody = `--${boundary}\r\nContent-Disposition: form-data; name="tool"\r\n\r\ndefault\r\n`;
+
+      // Headers and the start of a 5 MB body, the rest never sent: only an answer before reading can come.
+      const exchange = await rawExchange({
+        port: Number(new URL(sut.baseUrl).port),
+        chunks: [
+          Buffer.from(
+            `POST ${CREATE_PATH} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${apiKey}\r\n` +
+              `Content-Type: multipart/form-data; boundary=${boundary}\r\nContent-Length: ${5 * 1024 * 1024}\r\n\r\n${partOfBody}`,
+          ),
+        ],
+        then: 'keep-open',
+        until: 'response',
+        waitMs: 5_000,
+      });
+
+      expect(exchange.closedBy).toBe('client');
+      expect(exchange.responses.map((response) => response.status)).toEqual([429]);
     }, 15_000);
 
     it('counts neither refused uploads nor idempotent replays against the budget', async () => {
