@@ -266,7 +266,9 @@ function spawnTracked(env, args, childEnv, { name, readyPath, timeoutMs = 60_000
 export async function startService(env, extra = {}, { nodeArgs = [], wait = true, timeoutMs } = {}) {
   const port = await freePort();
   const nodeArgsFromEnv = process.env.BENCH_SERVICE_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
-  const handle = spawnTracked(env, [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv, ...nodeArgs, MAIN], { ...env.serviceEnv, ...extra }, {
+  // API processes run with the thread pool docker/compose.yml gives them (docs/operations.md, "Scale").
+  const roleEnv = extra.ROLE === 'api' ? { UV_THREADPOOL_SIZE: '2' } : {};
+  const handle = spawnTracked(env, [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv, ...nodeArgs, MAIN], { ...env.serviceEnv, ...roleEnv, ...extra }, {
     name: `service(${extra.ROLE ?? 'all'})`,
     readyPath: '/health/ready',
     timeoutMs,
