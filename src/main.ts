@@ -17,6 +17,8 @@ async function bootstrap(config: AppConfig): Promise<void> {
   // Nest's default parsers would also parse forms on every route; the one JSON body is feedback's.
   const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), { logger, bodyParser: false });
   app.disable('x-powered-by');
+  // The contract has no conditional requests (no 304), and hashing every answer for an ETag costs each one.
+  app.set('etag', false);
   app.use(requestLogging(logger.pino));
   app.use(httpMetrics(app.get(Metrics)));
   hardenHttp(app, config);

@@ -104,6 +104,15 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
     for (const { what, send } of everyKind()) expectHardened(await send(), what);
   });
 
+  it('answers API reads in full every time: no ETag, and no 304 the contract does not have', async () => {
+    for (const path of ['/generation/tools', '/user/generation-history', `/user/generation-history/${itemId}`]) {
+      const first = await fetch(`${sut.baseUrl}${path}`, { headers: auth() });
+      const again = await fetch(`${sut.baseUrl}${path}`, { headers: { ...auth(), 'If-None-Match': '*' } });
+
+      expect([path, first.status, first.headers.get('etag'), again.status]).toEqual([path, 200, null, 200]);
+    }
+  });
+
   it('locks API and media responses down completely: nothing runs, loads or frames', async () => {
     for (const path of ['/generation/tools', '/health/live', '/openapi.yaml', `/media/${itemId}/stock.jpg`, '/no/such/route']) {
       const response = await fetch(`${sut.baseUrl}${path}`, { headers: auth() });
