@@ -60,6 +60,13 @@ const WRITE_BATCH_BYTES = 256 * 1024;
 
 export type ProbedFile = Express.Multer.File & { probe: Probe };
 
+/** This machine failed to store an upload (a full disk, say): the service's failure, not the client's. */
+export class UploadStorageError extends Error {
+  constructor(cause: unknown) {
+    super(`an upload could not be stored: ${(cause as Error).message}`, { cause });
+  }
+}
+
 type HandleFileCallback = (error?: unknown, info?: Partial<Express.Multer.File>) => void;
 
 /**
@@ -102,12 +109,15 @@ export class ProbingTemporaryFiles implements StorageEngine {
       probe.see(chunk);
       if (!target.add(chunk)) return;
       stream.pause();
-      target.flush().then(() => stream.resume(), fail);
+      target.flush().then(() => stream.resume(), (error) => fail(new UploadStorageError(error)));
     });
     stream.once('end', () => {
-      target.finish().then(() => {
-        if (!failed) settle(undefined, { path: target.path, size: target.size });
-      }, fail);
+      target.finish().then(
+        () => {
+          if (!failed) settle(undefined, { path: target.path, size: target.size });
+        },
+        (error) => fail(new UploadStorageError(error)),
+      );
     });
     stream.once('error', fail);
     stream.once('close', () => {

@@ -7,7 +7,7 @@ import { type CatalogTool, findTool } from '../catalog/catalog.js';
 import { DomainError, type FieldError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import type { StoredInput } from '../history/history-item.entity.js';
-import { type ProbedFile, ProbingTemporaryFiles } from './upload-storage.js';
+import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
 export type ImageFormat = StoredInput['format'];
 
@@ -86,9 +86,9 @@ export class UploadParser {
     return new Promise((resolve, reject) => {
       this.multer.any()(request, response, (error: unknown) => {
         if (!error) return resolve();
-        // multer removes the files it wrote when it fails; nothing is left to clean. A failure of this
-        // machine's (a full disk) is the service's, not the client's: it is not mapped to a 4xx.
-        reject(isSystemError(error) ? error : multipartError(error, this.config));
+        // multer removes the files it wrote when it fails; nothing is left to clean. A failure to store the
+        // upload is the service's, not the client's: it is not mapped to a 4xx.
+        reject(error instanceof UploadStorageError ? error : multipartError(error, this.config));
       });
     });
   }
@@ -207,7 +207,6 @@ export class UploadParser {
   }
 }
 
-
 /**
  * The image's header, read from the bytes the probe kept where they hold it. Given a file, libvips finds
  * its format by letting each of its loaders open and probe it: some thirty system calls an image. A WebP
@@ -277,10 +276,6 @@ function multipartError(error: unknown, config: AppConfig): DomainError {
     }
   }
   return new DomainError('malformed_multipart', 'The multipart body is malformed or incomplete.');
-}
-
-function isSystemError(error: unknown): boolean {
-  return error instanceof Error && typeof (error as NodeJS.ErrnoException).syscall === 'string';
 }
 
 function unexpected(field: string, why: string): DomainError {

@@ -1,4 +1,5 @@
 import { once } from 'node:events';
+import { rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
@@ -358,4 +359,34 @@ describe('job creation refusing bad uploads', () => {
     await expectMatchesContract(response, 'POST', CREATE_PATH);
     expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(1);
   });
+});
+
+describe('job creation when the service cannot store an upload', () => {
+  let env: TestEnvironment;
+  let sut: RunningService;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    sut = await startService({ ...env.serviceEnv, ROLE: 'api' });
+  }, 60_000);
+
+  afterAll(async () => {
+    await sut?.stop();
+    await env?.dispose();
+  }, 60_000);
+
+  it('answers a failure of its own disk as its own (500), not as a bad request', async () => {
+    const apiKey = await createUserWithKey(env.databaseUrl);
+    // The upload folder replaced by a file: no upload can be created in it any more.
+    const tmpDir = env.serviceEnv.UPLOAD_TMP_DIR;
+    await rm(tmpDir, { recursive: true, force: true });
+    await writeFile(tmpDir, 'not a folder');
+
+    const response = await postJob(sut.baseUrl, apiKey, { tool: 'default', image: await png() });
+
+    expect(response.status).toBe(500);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(await response.json()).toMatchObject({ status: 500, code: 'internal_error' });
+    expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(0);
+  }, 30_000);
 });
