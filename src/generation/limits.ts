@@ -77,7 +77,7 @@ export class CreationRateLimit {
     const [current, previous] = await this.redis.mget(key, previousKey);
     const used = Number(current ?? 0);
     const before = Number(previous ?? 0);
-    if (before * (1 - elapsed) + used + 1 > this.config.limitCreationsPerMinute) this.refuse(used, before, elapsed);
+    if (this.room(used, before, elapsed) < 1) this.refuse(used, before, elapsed);
   }
 
   /** Takes one creation from the budget in one round trip, or refuses with the seconds until one is free. */
@@ -85,7 +85,8 @@ export class CreationRateLimit {
     const { minute, key, previousKey, elapsed } = windowOf(userId, now);
     const limit = this.config.limitCreationsPerMinute;
     const [taken, current, previous] = await this.commands.takeCreation(key, previousKey, limit, elapsed, 2 * WINDOW_MS);
-    const room = taken === 1 ? limit - (previous * (1 - elapsed) + current + 1) : 0;
+    // The counts are from before this take, which used one of the room they leave.
+    const room = taken === 1 ? this.room(current, previous, elapsed) - 1 : 0;
     if (this.known.size >= CreationRateLimit.KNOWN_MAX_USERS) this.known.clear();
     this.known.set(userId, { minute, room });
     if (taken !== 1) this.refuse(current, previous, elapsed);
@@ -95,6 +96,11 @@ export class CreationRateLimit {
   /** Gives a taken creation back, when no job came of it after all. */
   async refund(ticket: CreationTicket): Promise<void> {
     await this.commands.refundCreation(ticket.key);
+  }
+
+  /** Creations the budget still allows with these counts: the sliding window of TAKE_SCRIPT. */
+  private room(current: number, previous: number, elapsed: number): number {
+    return this.config.limitCreationsPerMinute - (previous * (1 - elapsed) + current);
   }
 
   private refuse(current: number, previous: number, elapsed: number): never {
