@@ -14,7 +14,7 @@ import { assertRedisReachable } from './redis/redis.js';
 async function bootstrap(config: AppConfig): Promise<void> {
   await assertRedisReachable(config.redisUrl);
   const logger = new JsonLogger(createRootLogger(config));
-  // Nest's default parsers would also parse forms on every route; the one JSON body is feedback's.
+  // Nest's default parsers would parse JSON and forms on every route; the one JSON body is feedback's (HistoryModule).
   const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), { logger, bodyParser: false });
   app.disable('x-powered-by');
   // The contract has no conditional requests (no 304), and hashing every answer for an ETag costs each one.
@@ -22,7 +22,6 @@ async function bootstrap(config: AppConfig): Promise<void> {
   app.use(requestLogging(logger.pino));
   app.use(httpMetrics(app.get(Metrics)));
   hardenHttp(app, config);
-  app.useBodyParser('json');
   // process.exit(0) after the shutdown hooks, instead of re-raising the signal: SIGTERM ends with exit code 0.
   app.enableShutdownHooks([], { useProcessExit: true });
   if (config.runsApi) {

@@ -1,4 +1,5 @@
-import { Module } from '@nestjs/common';
+import { type MiddlewareConsumer, Module, type NestModule, RequestMethod } from '@nestjs/common';
+import { json } from 'express';
 import { QueueModule } from '../generation/queue.module.js';
 import { HistoryController } from './history.controller.js';
 import { HistoryService } from './history.service.js';
@@ -8,4 +9,12 @@ import { HistoryService } from './history.service.js';
   controllers: [HistoryController],
   providers: [HistoryService],
 })
-export class HistoryModule {}
+export class HistoryModule implements NestModule {
+  /**
+   * Feedback is the API's one JSON body, so it is the one route that runs a JSON parser: every other
+   * request, the polled item GET above all, skips it.
+   */
+  configure(consumer: MiddlewareConsumer): void {
+    consumer.apply(json()).forRoutes({ path: 'user/generation-history/feedback/:id', method: RequestMethod.PATCH });
+  }
+}
