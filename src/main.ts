@@ -3,6 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { AppModule } from './app.module.js';
+import { PrototypedExpressAdapter } from './common/express-adapter.js';
 import { createRootLogger, JsonLogger, requestLogging } from './common/logging.js';
 import { DOCS_ROUTE, hardenHttp } from './common/security.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
@@ -15,7 +16,10 @@ async function bootstrap(config: AppConfig): Promise<void> {
   await assertRedisReachable(config.redisUrl);
   const logger = new JsonLogger(createRootLogger(config));
   // Nest's default parsers would parse JSON and forms on every route; the one JSON body is feedback's (HistoryModule).
-  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), { logger, bodyParser: false });
+  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), new PrototypedExpressAdapter(), {
+    logger,
+    bodyParser: false,
+  });
   app.disable('x-powered-by');
   // The contract has no conditional requests (no 304), and hashing every answer for an ETag costs each one.
   app.set('etag', false);
