@@ -1,6 +1,7 @@
 import { createServer, IncomingMessage, ServerResponse } from 'node:http';
 import type { NestApplicationOptions } from '@nestjs/common';
 import { ExpressAdapter } from '@nestjs/platform-express';
+import type { Express } from 'express';
 
 /**
  * Nest's Express adapter with one change: the HTTP server builds each request and response on the Express
@@ -19,14 +20,14 @@ export class PrototypedExpressAdapter extends ExpressAdapter {
     if (options.httpsOptions || options.forceCloseConnections || options.return503OnClosing) {
       throw new Error('PrototypedExpressAdapter supports plain HTTP servers only');
     }
-    const app = this.getInstance<{ request: object; response: object }>();
+    const app = this.getInstance<Express>();
     this.setHttpServer(
       createServer(
         {
           IncomingMessage: constructing<typeof IncomingMessage>(IncomingMessage, app.request),
           ServerResponse: constructing<typeof ServerResponse>(ServerResponse, app.response),
         },
-        this.getInstance(),
+        app,
       ),
     );
   }
