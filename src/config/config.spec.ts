@@ -30,6 +30,7 @@ describe('AppConfig', () => {
       expect(sut.embeddedDbDir).toBe(resolve('./data/pglite'));
       expect(sut.embeddedDbPort).toBe(54329);
       expect(sut.dbPoolSize).toBe(10);
+      expect(sut.dbPipelineConnections).toBe(2);
       expect(sut.mediaRoot).toBe(resolve('./data/media'));
       expect(sut.inputRoot).toBe(resolve('./data/inputs'));
       expect(sut.uploadTmpDir).toBe(resolve('./data/tmp'));
@@ -274,6 +275,8 @@ describe('AppConfig: HTTP hardening', () => {
     ['TRUST_PROXY', 'true'],
     ['TRUST_PROXY', '11'],
     ['HTTP_IDLE_TIMEOUT_MS', '10'],
+    ['DB_PIPELINE_CONNECTIONS', '0'],
+    ['DB_PIPELINE_CONNECTIONS', '65'],
   ])('rejects %s=%s with a ConfigError naming it', (name, value) => {
     const error = configErrorFrom({ [name]: value });
 

@@ -39,6 +39,8 @@ export class AppConfig {
   readonly embeddedDbDir: string;
   readonly embeddedDbPort: number;
   readonly dbPoolSize: number;
+  /** Connections of an API process's `StatementPipeline` (the reads clients poll), on top of the pool. */
+  readonly dbPipelineConnections: number;
   readonly redisUrl: string;
   /** Namespace of every Redis key the service writes, so several deployments or test runs share one Redis. */
   readonly redisPrefix: string;
@@ -89,6 +91,7 @@ export class AppConfig {
     this.embeddedDbDir = resolve(read.string('EMBEDDED_DB_DIR', './data/pglite'));
     this.embeddedDbPort = read.int('EMBEDDED_DB_PORT', 54329, 1, 65535);
     this.dbPoolSize = read.int('DB_POOL_SIZE', 10, 1, 1000);
+    this.dbPipelineConnections = read.int('DB_PIPELINE_CONNECTIONS', 2, 1, 64);
     this.redisUrl = read.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:']);
     this.redisPrefix = read.string('REDIS_PREFIX', 'igs');
     this.mediaRoot = resolve(read.string('MEDIA_ROOT', './data/media'));

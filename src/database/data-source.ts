@@ -15,6 +15,9 @@ export const MIGRATIONS = [Initial1795292142970, HistoryCounts1795296939184, Cre
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */
 const MIGRATION_LOCK_ID = 7_294_310_551;
 
+/** How long opening a PostgreSQL connection may take before the statement waiting for it fails (503). */
+export const CONNECT_TIMEOUT_MS = 2000;
+
 export function dataSourceOptions(url: string, poolSize: number): DataSourceOptions {
   return {
     type: 'postgres',
@@ -25,7 +28,7 @@ export function dataSourceOptions(url: string, poolSize: number): DataSourceOpti
     synchronize: false,
     migrationsRun: false,
     logging: false,
-    extra: { max: poolSize, connectionTimeoutMillis: 2000 },
+    extra: { max: poolSize, connectionTimeoutMillis: CONNECT_TIMEOUT_MS },
   };
 }
 
@@ -41,8 +44,9 @@ export interface PreparedStatement extends SqlStatement {
 
 /**
  * Runs a statement on TypeORM's own pool as a named prepared statement: each connection parses and plans it
- * once, and later runs send only the values. For the statements clients poll, where TypeORM's query runner
- * and a parse per request are a large part of the request's cost.
+ * once, and later runs send only the values. For frequent statements that write, where TypeORM's query
+ * runner and a parse per request are a large part of the request's cost; frequent reads go through the
+ * `StatementPipeline`.
  */
 export async function queryPrepared<T>(dataSource: DataSource, statement: PreparedStatement): Promise<T[]> {
   const pool = (dataSource.driver as PostgresDriver).master as Pool;

@@ -4,6 +4,10 @@ import { DataSource } from 'typeorm';
 import { AppConfig } from '../config/config.js';
 import { dataSourceOptions, migrateUnderLock } from './data-source.js';
 import { EmbeddedDatabase } from './embedded.js';
+import { StatementPipeline } from './statement-pipeline.js';
+
+/** Of the few connections the embedded database serves, the statement pipeline takes one and the pool the rest. */
+const EMBEDDED_PIPELINE_CONNECTIONS = 1;
 
 /** Holds the embedded database when DATABASE_URL is unset; empty otherwise. */
 export class DatabaseLocation implements OnApplicationShutdown {
@@ -31,6 +35,13 @@ const databaseLocation = {
 @Module({ providers: [databaseLocation], exports: [databaseLocation] })
 export class DatabaseLocationModule {}
 
+const statementPipeline = {
+  provide: StatementPipeline,
+  inject: [AppConfig, DatabaseLocation],
+  useFactory: (config: AppConfig, location: DatabaseLocation) =>
+    new StatementPipeline(location.url, location.embedded ? EMBEDDED_PIPELINE_CONNECTIONS : config.dbPipelineConnections),
+};
+
 @Global()
 @Module({
   imports: [
@@ -41,7 +52,9 @@ export class DatabaseLocationModule {}
       useFactory: (config: AppConfig, location: DatabaseLocation) =>
         dataSourceOptions(
           location.url,
-          location.embedded ? Math.min(config.dbPoolSize, EmbeddedDatabase.MAX_CONNECTIONS) : config.dbPoolSize,
+          location.embedded
+            ? Math.min(config.dbPoolSize, EmbeddedDatabase.MAX_CONNECTIONS - EMBEDDED_PIPELINE_CONNECTIONS)
+            : config.dbPoolSize,
         ),
       dataSourceFactory: async (options) => {
         const dataSource = await new DataSource(options!).initialize();
@@ -51,6 +64,7 @@ export class DatabaseLocationModule {}
       },
     }),
   ],
-  exports: [DatabaseLocationModule],
+  providers: [statementPipeline],
+  exports: [DatabaseLocationModule, statementPipeline],
 })
 export class DatabaseModule {}

@@ -5,7 +5,7 @@ import type { Queue } from 'bull';
 import { DataSource } from 'typeorm';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
-import { queryPrepared } from '../database/data-source.js';
+import { StatementPipeline } from '../database/statement-pipeline.js';
 import { GENERATION_QUEUE } from '../generation/generation.queue.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
@@ -26,6 +26,7 @@ export class HistoryService {
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
     private readonly config: AppConfig,
+    private readonly statements: StatementPipeline,
   ) {}
 
   private get items() {
@@ -33,7 +34,7 @@ export class HistoryService {
   }
 
   async get(userId: string, id: string): Promise<HistoryItemDto> {
-    const [item] = await queryPrepared<HistoryListRow>(this.dataSource, historyItemSql(userId, id));
+    const [item] = await this.statements.query<HistoryListRow>(historyItemSql(userId, id));
     if (!item) throw notFound();
     return HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
   }

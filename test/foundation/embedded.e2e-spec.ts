@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { final, getItem, submit, uniqueImage } from '../support/harness.js';
 import { freePort, type RunningService, startService } from '../support/service.js';
 
 const DEMO_KEY_LINE = /export IGS_API_KEY=(igs_[0-9A-Za-z]{40})\b/g;
@@ -77,6 +78,17 @@ describe('the service on its embedded database (no DATABASE_URL)', () => {
       details: { database: { status: 'up' }, queue: { status: 'up' } },
     });
   });
+
+  it('runs a job to complete and answers many reads of its item at once', async () => {
+    const id = await submit(sut!.baseUrl, demoKey, await uniqueImage());
+    const item = await final(sut!.baseUrl, demoKey, id);
+
+    expect(item.status).toBe('complete');
+    const reads = await Promise.all(Array.from({ length: 40 }, () => getItem(sut!.baseUrl, demoKey, id)));
+    const bodies = await Promise.all(reads.map((response) => response.json() as Promise<{ history_item_id: string }>));
+    expect(reads.map((response) => response.status)).toEqual(reads.map(() => 200));
+    expect(bodies.map((body) => body.history_item_id)).toEqual(bodies.map(() => id));
+  }, 60_000);
 
   it(
     'after a restart on the same directory, prints no new key and keeps the old one working',
