@@ -31,7 +31,8 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
 const engineArg = args.indexOf('--engine');
 const buildDir = path.join(root, 'node_modules/.cache/local-engine');
-const engineDir = engineArg >= 0 ? path.resolve(root, args[engineArg + 1]) : path.join(buildDir, 'worker/engines/local');
+const engineDir =
+  engineArg >= 0 ? path.resolve(root, args[engineArg + 1]) : path.join(buildDir, 'worker/engines/local');
 const outRoot = path.join(root, 'docs/examples');
 const JPEG = { quality: 85, mozjpeg: true };
 
@@ -39,8 +40,22 @@ if (!args.includes('--no-build')) {
   execFileSync(
     path.join(root, 'node_modules/.bin/tsc'),
     [
-      '--outDir', buildDir, '--rootDir', 'src', '--module', 'nodenext', '--moduleResolution', 'nodenext',
-      '--target', 'es2023', '--lib', 'es2023', '--types', 'node', '--skipLibCheck', '--strict',
+      '--outDir',
+      buildDir,
+      '--rootDir',
+      'src',
+      '--module',
+      'nodenext',
+      '--moduleResolution',
+      'nodenext',
+      '--target',
+      'es2023',
+      '--lib',
+      'es2023',
+      '--types',
+      'node',
+      '--skipLibCheck',
+      '--strict',
       'src/worker/engines/local/index.ts',
     ],
     { cwd: root, stdio: 'inherit' },
@@ -53,7 +68,9 @@ const { LocalEngine } = await import(pathToFileURL(path.join(engineDir, 'index.j
 // ---------------------------------------------------------------------------------------------------------
 
 const svg = (width, height, body) =>
-  Buffer.from(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${body}</svg>`);
+  Buffer.from(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${body}</svg>`,
+  );
 
 /** Horizontal "cylinder" shading gradient: dark edges, lit a little left of centre. */
 const cylinder = (id, dark, light) =>
@@ -75,7 +92,10 @@ function personSvg(variant = 'casual') {
   const hair = casual
     ? '<path d="M264 92 Q258 40 300 38 Q344 38 338 92 Q334 62 300 60 Q270 60 264 92 Z" fill="url(#hair)"/>'
     : '<path d="M258 118 Q246 40 300 36 Q354 40 342 118 Q338 126 332 120 Q336 70 300 62 Q266 70 268 120 Q262 126 258 118 Z" fill="url(#hair)"/>';
-  return svg(600, 800, `
+  return svg(
+    600,
+    800,
+    `
   <defs>
     <radialGradient id="bg" cx="50%" cy="42%" r="80%"><stop offset="0" stop-color="#eef0f2"/><stop offset="1" stop-color="#dcdfe3"/></radialGradient>
     ${cylinder('skin', '#b97d5c', '#e8b896')}
@@ -108,12 +128,16 @@ function personSvg(variant = 'casual') {
   ${hair}
   <path d="M285 84 Q290 80 294 84 M306 84 Q311 80 316 84" stroke="#3a2a22" stroke-width="2.5" fill="none"/>
   <path d="M290 112 Q300 118 310 112" stroke="#9c5a4a" stroke-width="3" fill="none"/>
-  <path d="M299 90 L296 102 L302 103" stroke="#b07a5e" stroke-width="1.5" fill="none"/>`);
+  <path d="M299 90 L296 102 L302 103" stroke="#b07a5e" stroke-width="1.5" fill="none"/>`,
+  );
 }
 
 /** A terracotta t-shirt laid flat on white, with folds, rib collar and a small round print. */
 function tshirtSvg() {
-  return svg(600, 600, `
+  return svg(
+    600,
+    600,
+    `
   <defs>
     <linearGradient id="cloth" x1="0" x2="1" y1="0" y2="1"><stop offset="0" stop-color="#d8644a"/><stop offset="1" stop-color="#b2452f"/></linearGradient>
   </defs>
@@ -127,12 +151,16 @@ function tshirtSvg() {
   <path d="M230 250 Q250 380 236 500 M372 260 Q352 380 366 500 M300 300 Q310 400 296 500" stroke="#8e3424" stroke-width="6" fill="none" opacity="0.25"/>
   <path d="M240 230 Q270 250 262 330" stroke="#f0a08a" stroke-width="8" fill="none" opacity="0.25"/>
   <circle cx="300" cy="230" r="36" fill="#f4e9dc"/>
-  <path d="M282 240 L300 212 L318 240 Z" fill="#b2452f"/>`);
+  <path d="M282 240 L300 212 L318 240 Z" fill="#b2452f"/>`,
+  );
 }
 
 /** Beige chinos laid flat on white. */
 function trousersSvg() {
-  return svg(500, 800, `
+  return svg(
+    500,
+    800,
+    `
   <defs>${cylinder('chino', '#a88f63', '#d6c39a')}</defs>
   <rect width="500" height="800" fill="#ffffff"/>
   <path d="M150 62 L350 62 L352 100 L372 740 L262 740 L250 330 L238 740 L128 740 L148 100 Z" fill="url(#chino)"/>
@@ -141,7 +169,8 @@ function trousersSvg() {
   <path d="M250 98 L250 300 M250 300 Q262 296 266 250 L266 100" stroke="#8f7a52" stroke-width="3" fill="none"/>
   <path d="M160 110 Q195 150 210 100 M340 110 Q305 150 290 100" stroke="#8f7a52" stroke-width="3" fill="none"/>
   <path d="M190 380 L184 735 M310 380 L316 735" stroke="#9b845a" stroke-width="3" opacity="0.6"/>
-  <path d="M130 722 L238 722 M262 722 L370 722" stroke="#8f7a52" stroke-width="4"/>`);
+  <path d="M130 722 L238 722 M262 722 L370 722" stroke="#8f7a52" stroke-width="4"/>`,
+  );
 }
 
 /** A navy polka-dot dress with a flared skirt, on white. */
@@ -150,7 +179,10 @@ function dressSvg() {
   for (let y = 120; y < 760; y += 46) {
     for (let x = 60 + ((y / 46) % 2) * 23; x < 460; x += 46) dots += `<circle cx="${x}" cy="${y}" r="7"/>`;
   }
-  return svg(500, 800, `
+  return svg(
+    500,
+    800,
+    `
   <defs>
     ${cylinder('navy', '#182447', '#31457a')}
     <clipPath id="dress"><path id="shape" d="M200 60 Q250 100 300 60 L330 64 L352 120 L334 230 L318 300 Q420 520 450 740 L50 740 Q80 520 182 300 L166 230 L148 120 L170 64 Z"/></clipPath>
@@ -161,19 +193,24 @@ function dressSvg() {
     <g fill="#f2f2f5">${dots}</g>
     <path d="M170 300 L330 300 L330 316 L170 316 Z" fill="#0f1a36"/>
     <path d="M200 330 Q170 520 120 740 M250 330 L250 740 M300 330 Q330 520 380 740" stroke="#000" stroke-width="10" opacity="0.18" fill="none"/>
-  </g>`);
+  </g>`,
+  );
 }
 
 /** A dusty-pink bralette with straps, on white. */
 function braletteSvg() {
-  return svg(600, 420, `
+  return svg(
+    600,
+    420,
+    `
   <defs>${cylinder('pink', '#b96f7d', '#e7a9b5')}</defs>
   <rect width="600" height="420" fill="#ffffff"/>
   <path d="M196 70 L204 70 L226 200 L216 202 Z M396 70 L404 70 L384 202 L374 200 Z" fill="#a85f6d"/>
   <path d="M162 270 Q170 190 214 150 Q262 170 298 246 L302 246 Q338 170 386 150 Q430 190 438 270 Z" fill="url(#pink)"/>
   <path d="M214 152 Q250 190 296 244 M386 152 Q350 190 304 244" stroke="#a85f6d" stroke-width="4" fill="none"/>
   <path d="M158 262 L442 262 L440 300 L160 300 Z" fill="#c27f8c"/>
-  <path d="M160 270 L440 270 M160 292 L440 292" stroke="#f3d4da" stroke-width="2" stroke-dasharray="6 4"/>`);
+  <path d="M160 270 L440 270 M160 292 L440 292" stroke="#f3d4da" stroke-width="2" stroke-dasharray="6 4"/>`,
+  );
 }
 
 /** An empty room: back wall with a window and a picture, side walls, ceiling, a wooden floor in perspective. */
@@ -186,7 +223,10 @@ function roomSvg() {
     planks += `<path d="M${xb.toFixed(1)} 360 L${xBottom.toFixed(1)} 600"/>`;
   }
   for (const y of [378, 402, 434, 478, 540]) planks += `<path d="M0 ${y} L800 ${y}" opacity="0.35"/>`;
-  return svg(800, 600, `
+  return svg(
+    800,
+    600,
+    `
   <defs>
     <linearGradient id="wall" x1="0" x2="1"><stop offset="0" stop-color="#e9dfcd"/><stop offset="0.7" stop-color="#f1e9db"/><stop offset="1" stop-color="#e3d8c4"/></linearGradient>
     <linearGradient id="floor" x1="0" x2="0" y1="0" y2="1"><stop offset="0" stop-color="#9c7049"/><stop offset="1" stop-color="#b98a5e"/></linearGradient>
@@ -208,12 +248,16 @@ function roomSvg() {
   <rect x="225" y="165" width="110" height="76" fill="#5b4a3a"/>
   <rect x="232" y="172" width="96" height="62" fill="#c9b48f"/>
   <path d="M232 234 L262 196 L284 220 L300 204 L328 234 Z" fill="#7f8f6a"/>
-  <circle cx="306" cy="188" r="7" fill="#f1d58c"/>`);
+  <circle cx="306" cy="188" r="7" fill="#f1d58c"/>`,
+  );
 }
 
 /** A teal velvet armchair with wooden legs, on white. */
 function armchairSvg() {
-  return svg(600, 600, `
+  return svg(
+    600,
+    600,
+    `
   <defs>
     <linearGradient id="back" x1="0" x2="0" y1="0" y2="1"><stop offset="0" stop-color="#3f8c8a"/><stop offset="1" stop-color="#2a6664"/></linearGradient>
     <linearGradient id="seat" x1="0" x2="0" y1="0" y2="1"><stop offset="0" stop-color="#4fa3a0"/><stop offset="1" stop-color="#2f6f6d"/></linearGradient>
@@ -229,7 +273,8 @@ function armchairSvg() {
   <rect x="120" y="380" width="360" height="80" rx="14" fill="#2c6a68"/>
   <path d="M124 456 L476 456" stroke="#1e4c4b" stroke-width="6"/>
   <path d="M140 458 L156 458 L150 540 L144 540 Z M444 458 L460 458 L456 540 L450 540 Z" fill="url(#wood)"/>
-  <path d="M190 458 L204 458 L200 520 L194 520 Z M396 458 L410 458 L406 520 L400 520 Z" fill="#3b2616"/>`);
+  <path d="M190 458 L204 458 L200 520 L194 520 Z M396 458 L410 458 L406 520 L400 520 Z" fill="#3b2616"/>`,
+  );
 }
 
 /** A tartan swatch. */
@@ -248,15 +293,22 @@ function tartanSvg() {
   }
   let twill = '';
   for (let i = -400; i < 400; i += 6) twill += `<path d="M${i} 400 L${i + 400} 0"/>`;
-  return svg(400, 400, `
+  return svg(
+    400,
+    400,
+    `
   <rect width="400" height="400" fill="#b7323a"/>
   ${stripes}
-  <g stroke="#000" stroke-width="1.5" opacity="0.12">${twill}</g>`);
+  <g stroke="#000" stroke-width="1.5" opacity="0.12">${twill}</g>`,
+  );
 }
 
 /** A greige three-seat sofa on a plain light backdrop, with soft shading, creases and a faint floor shadow. */
 function sofaSvg() {
-  return svg(800, 500, `
+  return svg(
+    800,
+    500,
+    `
   <defs>
     <linearGradient id="bg" x1="0" x2="0" y1="0" y2="1"><stop offset="0" stop-color="#f2f2f0"/><stop offset="1" stop-color="#e6e6e3"/></linearGradient>
     <linearGradient id="cushion" x1="0" x2="0" y1="0" y2="1"><stop offset="0" stop-color="#cbbfac"/><stop offset="0.6" stop-color="#b3a692"/><stop offset="1" stop-color="#8f8370"/></linearGradient>
@@ -275,7 +327,8 @@ function sofaSvg() {
   <rect x="130" y="340" width="540" height="66" rx="10" fill="url(#base)"/>
   <rect x="70" y="190" width="90" height="216" rx="40" fill="url(#arm)"/>
   <rect x="640" y="190" width="90" height="216" rx="40" fill="url(#arm)"/>
-  <path d="M100 406 L118 406 L114 432 L104 432 Z M682 406 L700 406 L696 432 L686 432 Z" fill="#4a3322"/>`);
+  <path d="M100 406 L118 406 L114 432 L104 432 Z M682 406 L700 406 L696 432 L686 432 Z" fill="#4a3322"/>`,
+  );
 }
 
 /** A lake landscape; made dull (low contrast, washed-out colours, a little soft) like a hazy phone photo. */
@@ -286,7 +339,10 @@ async function dullLandscape() {
     const h = 60 + ((i * 53) % 40);
     trees += `<path d="M${x} ${330 - h} L${x + 22} 332 L${x - 22} 332 Z"/>`;
   }
-  const clean = svg(800, 533, `
+  const clean = svg(
+    800,
+    533,
+    `
   <defs>
     <linearGradient id="sky" x1="0" x2="0" y1="0" y2="1"><stop offset="0" stop-color="#3f7fc4"/><stop offset="1" stop-color="#bcd8ee"/></linearGradient>
     <linearGradient id="lake" x1="0" x2="0" y1="0" y2="1"><stop offset="0" stop-color="#5d8fb7"/><stop offset="1" stop-color="#24496b"/></linearGradient>
@@ -302,7 +358,8 @@ async function dullLandscape() {
   <g fill="#244a25">${trees}</g>
   <rect y="340" width="800" height="193" fill="url(#lake)"/>
   <path d="M0 470 Q200 440 420 480 Q600 510 800 470 L800 533 L0 533 Z" fill="#7a8f45"/>
-  <path d="M60 380 L200 380 M420 410 L600 410 M250 440 L330 440" stroke="#d7e6f2" stroke-width="2" opacity="0.6"/>`);
+  <path d="M60 380 L200 380 M420 410 L600 410 M250 440 L330 440" stroke="#d7e6f2" stroke-width="2" opacity="0.6"/>`,
+  );
   return sharp(clean).blur(0.9).linear(0.6, 62).modulate({ saturation: 0.68 }).jpeg(JPEG).toBuffer();
 }
 
@@ -399,11 +456,15 @@ for (const example of examples) {
     texts: example.texts ?? {},
   });
   const ms = performance.now() - started;
-  const output = await sharp(result.data, { raw: { width: result.width, height: result.height, channels: result.channels } })
+  const output = await sharp(result.data, {
+    raw: { width: result.width, height: result.height, channels: result.channels },
+  })
     .jpeg(JPEG)
     .toBuffer();
   await writeFile(path.join(dir, 'output.jpg'), output);
-  const inputs = Object.keys(example.inputs).map((name) => `[${name}](${example.dir}/input-${name}.jpg)`).join(', ');
+  const inputs = Object.keys(example.inputs)
+    .map((name) => `[${name}](${example.dir}/input-${name}.jpg)`)
+    .join(', ');
   readme += `| [${example.dir}](${example.dir}/output.jpg) | \`${example.tool}\` / \`${example.type}\` | ${example.says} Inputs: ${inputs}. |\n`;
   console.log(`${example.dir.padEnd(26)} ${result.width}x${result.height}  ${ms.toFixed(0)} ms`);
 }

@@ -22,19 +22,13 @@ export class AppModule {
     const foundation = [ConfigModule.forRoot(config), DatabaseModule];
     // Booting the database module applies the pending migrations: all that this role is for.
     if (config.role === 'migrate') return { module: AppModule, imports: foundation };
-    const api = config.runsApi ? [AuthModule, CatalogModule, ContractModule, GenerationModule, HistoryModule, MediaApiModule] : [];
+    const api = config.runsApi
+      ? [AuthModule, CatalogModule, ContractModule, GenerationModule, HistoryModule, MediaApiModule]
+      : [];
     const worker = config.runsWorker ? [WorkerModule] : [];
     return {
       module: AppModule,
-      imports: [
-        ...foundation,
-        RedisModule,
-        HealthModule,
-        MediaModule,
-        MetricsModule,
-        ...api,
-        ...worker,
-      ],
+      imports: [...foundation, RedisModule, HealthModule, MediaModule, MetricsModule, ...api, ...worker],
       providers: [{ provide: APP_FILTER, useClass: ProblemFilter }],
     };
   }

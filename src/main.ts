@@ -16,10 +16,14 @@ async function bootstrap(config: AppConfig): Promise<void> {
   await assertRedisReachable(config.redisUrl);
   const logger = new JsonLogger(createRootLogger(config));
   // Nest's default parsers would parse JSON and forms on every route; the one JSON body is feedback's (HistoryModule).
-  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRole(config), new PrototypedExpressAdapter(), {
-    logger,
-    bodyParser: false,
-  });
+  const app = await NestFactory.create<NestExpressApplication>(
+    AppModule.forRole(config),
+    new PrototypedExpressAdapter(),
+    {
+      logger,
+      bodyParser: false,
+    },
+  );
   app.disable('x-powered-by');
   // The contract has no conditional requests (no 304), and hashing every answer for an ETag costs each one.
   app.set('etag', false);

@@ -58,7 +58,10 @@ log(`# bench: ${selected.join(', ')} — ${machine}, commit ${commit}`);
 const started = performance.now();
 const status = {};
 const load = {};
-const loadText = () => loadavg().map((l) => l.toFixed(1)).join(' ');
+const loadText = () =>
+  loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' ');
 for (const name of selected) {
   if (interrupted()) break;
   const benchStarted = performance.now();
@@ -105,10 +108,7 @@ for (const name of selected) {
 }
 const order = Object.keys(BENCHES).filter((name) => runs[name]);
 const cell = (text) => String(text).replaceAll('|', '\\|');
-const lines = [
-  '| Bench | Figure | Value | Target | Met |',
-  '| --- | --- | --- | --- | --- |',
-];
+const lines = ['| Bench | Figure | Value | Target | Met |', '| --- | --- | --- | --- | --- |'];
 for (const name of order) {
   const run = runs[name];
   if (run.rows.length === 0) lines.push(`| ${name} | ${cell(run.status)} | | | |`);

@@ -268,12 +268,17 @@ export async function startService(env, extra = {}, { nodeArgs = [], wait = true
   const nodeArgsFromEnv = process.env.BENCH_SERVICE_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
   // API processes run with the thread pool docker/compose.yml gives them (docs/operations.md, "Scale").
   const roleEnv = extra.ROLE === 'api' ? { UV_THREADPOOL_SIZE: '2' } : {};
-  const handle = spawnTracked(env, [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv, ...nodeArgs, MAIN], { ...env.serviceEnv, ...roleEnv, ...extra }, {
-    name: `service(${extra.ROLE ?? 'all'})`,
-    readyPath: '/health/ready',
-    timeoutMs,
-    port,
-  });
+  const handle = spawnTracked(
+    env,
+    [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv, ...nodeArgs, MAIN],
+    { ...env.serviceEnv, ...roleEnv, ...extra },
+    {
+      name: `service(${extra.ROLE ?? 'all'})`,
+      readyPath: '/health/ready',
+      timeoutMs,
+      port,
+    },
+  );
   if (wait) await handle.ready;
   return handle;
 }
@@ -281,12 +286,17 @@ export async function startService(env, extra = {}, { nodeArgs = [], wait = true
 /** Runs a bench-owned script (e.g. a baseline server) and waits for its GET /ready. */
 export async function startScript(env, script, extra = {}, { nodeArgs = [], timeoutMs } = {}) {
   const port = await freePort();
-  const handle = spawnTracked(env, [...nodeArgs, script], { HOST, ...extra }, {
-    name: script.split('/').pop(),
-    readyPath: '/ready',
-    timeoutMs,
-    port,
-  });
+  const handle = spawnTracked(
+    env,
+    [...nodeArgs, script],
+    { HOST, ...extra },
+    {
+      name: script.split('/').pop(),
+      readyPath: '/ready',
+      timeoutMs,
+      port,
+    },
+  );
   await handle.ready;
   return handle;
 }
@@ -407,7 +417,9 @@ export async function makePhoto(kind, width, height, { noise = 6, quality = 88 }
     .raw()
     .toBuffer({ resolveWithObject: true });
   addNoise(data, noise, kind === 'person' ? 1 : 2);
-  return sharp(data, { raw: { width: info.width, height: info.height, channels: 3 } }).jpeg({ quality }).toBuffer();
+  return sharp(data, { raw: { width: info.width, height: info.height, channels: 3 } })
+    .jpeg({ quality })
+    .toBuffer();
 }
 
 function addNoise(data, amplitude, seed) {
@@ -472,7 +484,9 @@ export function request(agent, { url, method = 'GET', headers = {}, body, timeou
       (res) => {
         const chunks = [];
         res.on('data', (chunk) => chunks.push(chunk));
-        res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks), ms: performance.now() - started }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode, body: Buffer.concat(chunks), ms: performance.now() - started }),
+        );
         res.on('error', reject);
       },
     );
@@ -717,7 +731,8 @@ export const results = [];
  * Never asserts: a missed target is printed, not thrown.
  */
 export function record(bench, figure, value, display, target) {
-  const met = target && Number.isFinite(value) ? (target.op === '>=' ? value >= target.value : value <= target.value) : undefined;
+  const met =
+    target && Number.isFinite(value) ? (target.op === '>=' ? value >= target.value : value <= target.value) : undefined;
   const row = { bench, figure, value, display, target: target?.text ?? '', met };
   results.push(row);
   const mark = met === undefined ? '' : met ? '  [target met]' : '  [TARGET MISSED]';

@@ -80,9 +80,7 @@ describe('hashApiKey', () => {
   });
 
   it('matches a known SHA-256 vector', () => {
-    expect(hashApiKey('abc').toString('hex')).toBe(
-      'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad',
-    );
+    expect(hashApiKey('abc').toString('hex')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
   });
 
   it('differs for different keys', () => {

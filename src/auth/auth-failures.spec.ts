@@ -28,7 +28,13 @@ const config = new AppConfig({ AUTH_FAILURES_PER_MINUTE: '3' });
 
 describe('AuthFailureLimit', () => {
   it('lets a client through while its failures are under the limit', async () => {
-    const { redis } = fakeRedis({ results: [[null, 'OK'], [null, 2], [null, 30_000]] });
+    const { redis } = fakeRedis({
+      results: [
+        [null, 'OK'],
+        [null, 2],
+        [null, 30_000],
+      ],
+    });
     const sut = new AuthFailureLimit(redis, config);
 
     await sut.recordFailure('203.0.113.7');
@@ -37,7 +43,13 @@ describe('AuthFailureLimit', () => {
   });
 
   it('refuses a client out of failures with 429 rate_limited and the seconds left in its minute', async () => {
-    const { redis } = fakeRedis({ results: [[null, null], [null, 3], [null, 41_200]] });
+    const { redis } = fakeRedis({
+      results: [
+        [null, null],
+        [null, 3],
+        [null, 41_200],
+      ],
+    });
     const sut = new AuthFailureLimit(redis, config);
     await sut.recordFailure('203.0.113.7');
 

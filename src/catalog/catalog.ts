@@ -62,7 +62,11 @@ export const CATALOG: readonly CatalogTool[] = [
     inputs: [clothes, person],
     generationTypes: [
       { id: 'upper', title: 'Upper half', description: 'Places a top on the upper body, shoulders to hips.' },
-      { id: 'lower', title: 'Lower half', description: 'Places trousers or a skirt on the lower body, hips to ankles.' },
+      {
+        id: 'lower',
+        title: 'Lower half',
+        description: 'Places trousers or a skirt on the lower body, hips to ankles.',
+      },
     ],
   },
   {
@@ -147,9 +151,7 @@ export const CATALOG: readonly CatalogTool[] = [
         description: 'Optional description of the wanted result, at most 1000 characters; recorded with the job.',
       },
     ],
-    generationTypes: [
-      { id: 'enhance', title: 'Enhance', description: 'Normalised contrast and gentle sharpening.' },
-    ],
+    generationTypes: [{ id: 'enhance', title: 'Enhance', description: 'Normalised contrast and gentle sharpening.' }],
   },
 ];
 

@@ -31,7 +31,13 @@ function exchange(url: string, headers: Record<string, string> = {}) {
     response.writableFinished = true;
     response.emit('close');
   };
-  return { request, response: response as unknown as ServerResponse, sent, finish, abort: () => response.emit('close') };
+  return {
+    request,
+    response: response as unknown as ServerResponse,
+    sent,
+    finish,
+    abort: () => response.emit('close'),
+  };
 }
 
 const flush = () => new Promise((resolve) => setImmediate(resolve));
@@ -129,8 +135,16 @@ describe('requestLogging', () => {
     await flush();
 
     expect(lines).toEqual([
-      expect.objectContaining({ level: 50, msg: 'request completed', req: expect.objectContaining({ url: '/user/generation-history/igs_[masked]' }) }),
-      expect.objectContaining({ level: 50, msg: 'request aborted', req: expect.objectContaining({ url: '/generation/generate_image_v2/' }) }),
+      expect.objectContaining({
+        level: 50,
+        msg: 'request completed',
+        req: expect.objectContaining({ url: '/user/generation-history/igs_[masked]' }),
+      }),
+      expect.objectContaining({
+        level: 50,
+        msg: 'request aborted',
+        req: expect.objectContaining({ url: '/generation/generate_image_v2/' }),
+      }),
     ]);
   });
 

@@ -18,7 +18,9 @@ describe('toDomainError', () => {
   });
 
   it('names unparsable JSON', () => {
-    const sut = toDomainError(new BadRequestException('Unexpected token', { cause: parserError(400, 'entity.parse.failed') }));
+    const sut = toDomainError(
+      new BadRequestException('Unexpected token', { cause: parserError(400, 'entity.parse.failed') }),
+    );
 
     expect(sut.code).toBe('bad_request');
     expect(sut.detail).toBe('The request body is not valid JSON.');

@@ -85,7 +85,7 @@ const UNAVAILABLE_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', '
 
 /** Connection failures of PostgreSQL or Redis: the client may retry, so they are 503, never 500. */
 export function isUnavailable(exception: unknown): boolean {
-  for (let e = exception as { code?: unknown; message?: unknown; cause?: unknown } | undefined; e; ) {
+  for (let e = exception as { code?: unknown; message?: unknown; cause?: unknown } | undefined; e;) {
     if (typeof e.code === 'string' && (UNAVAILABLE_ERRNOS.has(e.code) || e.code.startsWith('57P'))) return true;
     if (typeof e.message === 'string' && UNAVAILABLE_MESSAGES.some((m) => (e!.message as string).includes(m))) {
       return true;

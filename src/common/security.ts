@@ -42,9 +42,16 @@ const DOCS_POLICY = {
  * which `Cross-Origin-Resource-Policy: same-origin` would block).
  */
 function securityHeaders(): Middleware {
-  const withPolicy = (directives: typeof API_POLICY | typeof DOCS_POLICY, crossOriginResourcePolicy?: { policy: 'cross-origin' }) =>
+  const withPolicy = (
+    directives: typeof API_POLICY | typeof DOCS_POLICY,
+    crossOriginResourcePolicy?: { policy: 'cross-origin' },
+  ) =>
     headersOf(
-      helmet({ xFrameOptions: { action: 'deny' }, contentSecurityPolicy: { useDefaults: false, directives }, crossOriginResourcePolicy }),
+      helmet({
+        xFrameOptions: { action: 'deny' },
+        contentSecurityPolicy: { useDefaults: false, directives },
+        crossOriginResourcePolicy,
+      }),
     );
   const api = withPolicy(API_POLICY);
   const docs = withPolicy(DOCS_POLICY);

@@ -83,7 +83,11 @@ export class AppConfig {
     this.role = read.oneOf('ROLE', ['api', 'worker', 'all', 'migrate'] as const, 'all');
     this.host = read.string('HOST', '0.0.0.0');
     this.port = read.int('PORT', 3000, 0, 65535);
-    this.logLevel = read.oneOf('LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info');
+    this.logLevel = read.oneOf(
+      'LOG_LEVEL',
+      ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const,
+      'info',
+    );
     this.publicBaseUrl = read.url('PUBLIC_BASE_URL', `http://localhost:${this.port}`).replace(/\/+$/, '');
     this.mediaPublicBaseUrl = read.url('MEDIA_PUBLIC_BASE_URL', this.publicBaseUrl).replace(/\/+$/, '');
     this.metricsPort = read.int('METRICS_PORT', 0, 0, 65535);
@@ -119,9 +123,7 @@ export class AppConfig {
     this.trustProxyHops = read.int('TRUST_PROXY', 0, 0, 10);
     this.corsOrigins = read.origins('CORS_ORIGINS');
     this.httpIdleTimeoutMs = read.int('HTTP_IDLE_TIMEOUT_MS', 60_000, 1000, 3_600_000);
-    this.engines = Object.fromEntries(
-      TOOL_IDS.map((tool) => [tool, read.engine(`ENGINE_${tool.toUpperCase()}`)]),
-    );
+    this.engines = Object.fromEntries(TOOL_IDS.map((tool) => [tool, read.engine(`ENGINE_${tool.toUpperCase()}`)]));
     read.throwIfInvalid();
   }
 
@@ -204,7 +206,10 @@ class EnvReader {
 
   /** Exact origins as browsers send them in `Origin`: scheme, host and a non-default port; nothing else. */
   origins(name: string): string[] {
-    const origins = (this.raw(name) ?? '').split(',').map((origin) => origin.trim()).filter((origin) => origin !== '');
+    const origins = (this.raw(name) ?? '')
+      .split(',')
+      .map((origin) => origin.trim())
+      .filter((origin) => origin !== '');
     for (const origin of origins) {
       let parsed: URL | undefined;
       try {

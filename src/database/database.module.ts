@@ -39,7 +39,10 @@ const statementPipeline = {
   provide: StatementPipeline,
   inject: [AppConfig, DatabaseLocation],
   useFactory: (config: AppConfig, location: DatabaseLocation) =>
-    new StatementPipeline(location.url, location.embedded ? EMBEDDED_PIPELINE_CONNECTIONS : config.dbPipelineConnections),
+    new StatementPipeline(
+      location.url,
+      location.embedded ? EMBEDDED_PIPELINE_CONNECTIONS : config.dbPipelineConnections,
+    ),
 };
 
 @Global()

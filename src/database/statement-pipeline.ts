@@ -89,7 +89,8 @@ export class StatementPipeline implements OnApplicationShutdown {
     // The statements on the connection fail with the error themselves; without a listener, an error while it
     // is idle would end the process.
     client.on('error', (error) => {
-      if (lane.open && this.lanes[slot] === lane) this.logger.warn({ err: error }, 'a pipelined PostgreSQL connection failed');
+      if (lane.open && this.lanes[slot] === lane)
+        this.logger.warn({ err: error }, 'a pipelined PostgreSQL connection failed');
       leave();
     });
     client.on('end', leave);

@@ -115,7 +115,15 @@ export class GenerationService {
     const [{ created }] = await queryPrepared<{ created: boolean }>(this.dataSource, {
       name: 'create-history-item',
       text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7) AS created',
-      values: [item.id, item.userId, item.tool, item.generationType, item.inputs, item.texts, this.config.limitMaxPending],
+      values: [
+        item.id,
+        item.userId,
+        item.tool,
+        item.generationType,
+        item.inputs,
+        item.texts,
+        this.config.limitMaxPending,
+      ],
     });
     if (!created) {
       throw new DomainError(

@@ -15,8 +15,7 @@ export interface StoredResponse {
 }
 
 type Entry =
-  | { state: 'processing'; fingerprint: string }
-  | { state: 'done'; fingerprint: string; response: StoredResponse };
+  { state: 'processing'; fingerprint: string } | { state: 'done'; fingerprint: string; response: StoredResponse };
 
 /** What a request with an `Idempotency-Key` may do next. */
 export type Claim = { kind: 'claimed'; key: string } | { kind: 'replay'; response: StoredResponse };

@@ -29,7 +29,13 @@ return 0
 `;
 
 interface RateLimitCommands {
-  takeCreation(current: string, previous: string, limit: number, elapsed: number, ttlMs: number): Promise<[number, number, number]>;
+  takeCreation(
+    current: string,
+    previous: string,
+    limit: number,
+    elapsed: number,
+    ttlMs: number,
+  ): Promise<[number, number, number]>;
   refundCreation(key: string): Promise<number>;
 }
 
@@ -84,7 +90,13 @@ export class CreationRateLimit {
   async take(userId: string, now = Date.now()): Promise<CreationTicket> {
     const { minute, key, previousKey, elapsed } = windowOf(userId, now);
     const limit = this.config.limitCreationsPerMinute;
-    const [taken, current, previous] = await this.commands.takeCreation(key, previousKey, limit, elapsed, 2 * WINDOW_MS);
+    const [taken, current, previous] = await this.commands.takeCreation(
+      key,
+      previousKey,
+      limit,
+      elapsed,
+      2 * WINDOW_MS,
+    );
     // The counts are from before this take, which used one of the room they leave.
     const room = taken === 1 ? this.room(current, previous, elapsed) - 1 : 0;
     if (this.known.size >= CreationRateLimit.KNOWN_MAX_USERS) this.known.clear();

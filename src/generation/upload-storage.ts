@@ -39,7 +39,9 @@ export class Probe {
       this.headLength += chunk.copy(this.headBuffer, this.headLength, 0, HEAD_BYTES - this.headLength);
     }
     this.tail =
-      chunk.length >= TAIL_BYTES ? chunk.subarray(chunk.length - TAIL_BYTES) : Buffer.concat([this.tail, chunk]).subarray(-TAIL_BYTES);
+      chunk.length >= TAIL_BYTES
+        ? chunk.subarray(chunk.length - TAIL_BYTES)
+        : Buffer.concat([this.tail, chunk]).subarray(-TAIL_BYTES);
     this.hash?.update(chunk);
   }
 
@@ -109,7 +111,10 @@ export class ProbingTemporaryFiles implements StorageEngine {
       probe.see(chunk);
       if (!target.add(chunk)) return;
       stream.pause();
-      target.flush().then(() => stream.resume(), (error) => fail(new UploadStorageError(error)));
+      target.flush().then(
+        () => stream.resume(),
+        (error) => fail(new UploadStorageError(error)),
+      );
     });
     stream.once('end', () => {
       target.finish().then(

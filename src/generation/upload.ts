@@ -114,7 +114,8 @@ export class UploadParser {
       });
     }
     const tool = findTool(toolId);
-    if (!tool) throw new DomainError('unknown_tool', `There is no tool "${truncate(toolId)}"; see GET /generation/tools.`);
+    if (!tool)
+      throw new DomainError('unknown_tool', `There is no tool "${truncate(toolId)}"; see GET /generation/tools.`);
 
     const accepted = new Set(['tool', 'generation_type', ...tool.inputs.map((input) => input.name)]);
     for (const name of [...textFields.keys(), ...fileFields.keys()]) {

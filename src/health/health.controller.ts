@@ -30,14 +30,14 @@ export class HealthController {
   async ready(@Res({ passthrough: true }) response: Response) {
     return this.health
       .check([
-      () => this.db.pingCheck('database', { timeout: CHECK_TIMEOUT_MS }),
-      () =>
-        this.indicators
-          .check('queue')
-          .attempt(async () => {
-            await this.redis.ping();
-          })
-          .withTimeout(CHECK_TIMEOUT_MS),
+        () => this.db.pingCheck('database', { timeout: CHECK_TIMEOUT_MS }),
+        () =>
+          this.indicators
+            .check('queue')
+            .attempt(async () => {
+              await this.redis.ping();
+            })
+            .withTimeout(CHECK_TIMEOUT_MS),
       ])
       .catch((error: unknown) => {
         if (!(error instanceof ServiceUnavailableException)) throw error;

@@ -63,12 +63,21 @@ function parseListQuery(query: Record<string, unknown>): HistoryQuery {
   return { page, limit, status: status as JobStatus | undefined, generationType: generationType as string | undefined };
 }
 
-function integerParam(query: Record<string, unknown>, name: string, fallback: number, min: number, max: number): number {
+function integerParam(
+  query: Record<string, unknown>,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
   const value = query[name];
   if (value === undefined) return fallback;
   const parsed = typeof value === 'string' && /^\d{1,16}$/.test(value) ? Number(value) : NaN;
   if (!Number.isSafeInteger(parsed) || parsed < min || parsed > max) {
-    throw invalid(name, max === Number.MAX_SAFE_INTEGER ? `an integer of at least ${min}` : `an integer from ${min} to ${max}`);
+    throw invalid(
+      name,
+      max === Number.MAX_SAFE_INTEGER ? `an integer of at least ${min}` : `an integer from ${min} to ${max}`,
+    );
   }
   return parsed;
 }

@@ -8,11 +8,19 @@ export interface HistoryQuery {
   generationType?: string;
 }
 
-
 /** A row of the page statement: the fields a `HistoryItemDto` is made from, named as on the entity. */
 export type HistoryListRow = Pick<
   HistoryItem,
-  'id' | 'tool' | 'generationType' | 'status' | 'like' | 'errorCode' | 'errorMessage' | 'createdAt' | 'updatedAt' | 'completedAt'
+  | 'id'
+  | 'tool'
+  | 'generationType'
+  | 'status'
+  | 'like'
+  | 'errorCode'
+  | 'errorMessage'
+  | 'createdAt'
+  | 'updatedAt'
+  | 'completedAt'
 >;
 
 /** The columns of a `HistoryListRow`, read from `history_items` aliased `h`. */

@@ -7,7 +7,6 @@ import { isUuid } from '../common/uuid.js';
 import { MEDIA_CACHE_CONTROL, MEDIA_STORE, outputContentType } from './media.js';
 import type { ObjectStore } from './object-store.js';
 
-
 /**
  * Results are public but unguessable (the job's UUID is in the path) and never change once written, so
  * they are cached for a year. Uploaded inputs live in another store and have no route at all.

@@ -86,7 +86,9 @@ export class S3ObjectStore extends ObjectStore {
   }
 
   async get(key: string): Promise<Buffer> {
-    const object = await this.client.send(new GetObjectCommand({ Bucket: this.options.bucket, Key: this.objectKey(key) }));
+    const object = await this.client.send(
+      new GetObjectCommand({ Bucket: this.options.bucket, Key: this.objectKey(key) }),
+    );
     return Buffer.from(await object.Body!.transformToByteArray());
   }
 
@@ -121,7 +123,10 @@ export class S3ObjectStore extends ObjectStore {
           ContinuationToken: continuationToken,
         }),
       );
-      await this.deleteObjects((page.Contents ?? []).map((object) => object.Key!), `objects under ${folder}`);
+      await this.deleteObjects(
+        (page.Contents ?? []).map((object) => object.Key!),
+        `objects under ${folder}`,
+      );
       continuationToken = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (continuationToken);
   }

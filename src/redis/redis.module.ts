@@ -1,4 +1,11 @@
-import { Global, Inject, Logger, Module, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import {
+  Global,
+  Inject,
+  Logger,
+  Module,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
 import { Redis } from 'ioredis';
 import { AppConfig } from '../config/config.js';
 import { FAIL_FAST_OPTIONS } from './redis.js';

@@ -19,7 +19,12 @@ export function describeRedisUrl(url: string): string {
 
 /** Checks Redis once at boot, so a missing Redis is named plainly instead of failing later. */
 export async function assertRedisReachable(url: string): Promise<void> {
-  const probe = new Redis(url, { lazyConnect: true, connectTimeout: 2000, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  const probe = new Redis(url, {
+    lazyConnect: true,
+    connectTimeout: 2000,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
   probe.on('error', () => {});
   try {
     await probe.connect();

@@ -47,9 +47,9 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     this.queue.on('failed', (job: Job<GenerateJobData>, error: Error) => {
       if (job.attemptsMade >= (job.opts.attempts ?? 1)) {
         this.logger.warn({ id: job.data.historyItemId, err: error.message }, 'job failed');
-        void this.outcomes.fail(job.data.historyItemId, 'engine_failed', 'The job could not be processed.').catch(
-          () => {},
-        );
+        void this.outcomes
+          .fail(job.data.historyItemId, 'engine_failed', 'The job could not be processed.')
+          .catch(() => {});
       }
     });
   }

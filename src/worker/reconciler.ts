@@ -5,7 +5,12 @@ import type { Queue } from 'bull';
 import type { Redis } from 'ioredis';
 import { DataSource } from 'typeorm';
 import { AppConfig } from '../config/config.js';
-import { GENERATE_JOB, type GenerateJobData, GENERATION_QUEUE, generateJobOptions } from '../generation/generation.queue.js';
+import {
+  GENERATE_JOB,
+  type GenerateJobData,
+  GENERATION_QUEUE,
+  generateJobOptions,
+} from '../generation/generation.queue.js';
 import { REDIS } from '../redis/redis.module.js';
 import { JobOutcomes } from './job-outcomes.js';
 

@@ -34,6 +34,9 @@ export async function renderOutputs(image: EngineImage, limitInputPixels: number
     ]);
     return { stock, preview };
   } catch (error) {
-    throw new PermanentEngineError('engine_failed', `the engine's result could not be encoded: ${(error as Error).message}`);
+    throw new PermanentEngineError(
+      'engine_failed',
+      `the engine's result could not be encoded: ${(error as Error).message}`,
+    );
   }
 }

@@ -58,7 +58,11 @@ async function runDredd(env: Record<string, string>): Promise<DreddRun> {
       '--language=nodejs',
       '--loglevel=warning',
     ],
-    { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+    {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
   );
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -77,7 +81,9 @@ function shortenLongLines(text: string): string {
   return text
     .split('\n')
     .map((line) =>
-      line.length > MAX_LINE_CHARS ? `${line.slice(0, MAX_LINE_CHARS)}... [${line.length - MAX_LINE_CHARS} more chars]` : line,
+      line.length > MAX_LINE_CHARS
+        ? `${line.slice(0, MAX_LINE_CHARS)}... [${line.length - MAX_LINE_CHARS} more chars]`
+        : line,
     )
     .join('\n');
 }
@@ -107,41 +113,47 @@ describe('contract (Dredd against the built service)', () => {
     await env?.dispose();
   }, 60_000);
 
-  it('every documented response passes or is skipped with a reason in hooks.cjs', async () => {
-    const { code, output } = await runDredd(hooksEnv);
+  it(
+    'every documented response passes or is skipped with a reason in hooks.cjs',
+    async () => {
+      const { code, output } = await runDredd(hooksEnv);
 
-    const problems: string[] = [];
-    const summaryLine = /complete: (\d+) passing, (\d+) failing, (\d+) errors, (\d+) skipped, (\d+) total/.exec(output);
-    const reportLine = /^CONTRACT_HOOKS_REPORT (.*)$/m.exec(output);
-    const report = reportLine ? (JSON.parse(reportLine[1]) as HooksReport) : undefined;
-    if (code !== 0) problems.push(`Dredd exited with ${code}`);
-    if (!summaryLine) problems.push('no Dredd summary line ("complete: N passing, ...") in the output');
-    if (!report) problems.push('hooks.cjs printed no CONTRACT_HOOKS_REPORT line (were the hooks loaded?)');
-    if (summaryLine && report) {
-      const [, passing, failing, errors, skipped, total] = summaryLine.slice(0, 6).map(Number);
-      if (failing !== 0 || errors !== 0) problems.push(`Dredd reports ${failing} failing, ${errors} errors`);
-      if (skipped !== report.skipped.length) {
-        problems.push(`Dredd skipped ${skipped} transactions, hooks.cjs declares ${report.skipped.length}`);
-      }
-      if (total !== report.total || passing + skipped !== total) {
-        problems.push(`${passing} passing + ${skipped} skipped != ${total} total (hooks saw ${report.total})`);
-      }
-    }
-    if (report?.unusedSkipRules.length) {
-      problems.push(`skip rules in hooks.cjs that match no transaction: ${report.unusedSkipRules.join(', ')}`);
-    }
-    if (report?.unknownHookNames.length) {
-      problems.push(`hooks for transaction names Dredd does not know: ${report.unknownHookNames.join(', ')}`);
-    }
-
-    if (problems.length > 0) {
-      throw new Error(
-        `${problems.join('\n')}\n\n--- Dredd output ---\n${shortenLongLines(output)}\n` +
-          `--- service output ---\n${shortenLongLines(service?.output() ?? '')}`,
+      const problems: string[] = [];
+      const summaryLine = /complete: (\d+) passing, (\d+) failing, (\d+) errors, (\d+) skipped, (\d+) total/.exec(
+        output,
       );
-    }
-    process.stdout.write(
-      `${summaryLine![0]}\n${report!.skipped.map(({ name, reason }) => `  skipped: ${name} -- ${reason}\n`).join('')}`,
-    );
-  }, DREDD_TIMEOUT_MS + 10_000);
+      const reportLine = /^CONTRACT_HOOKS_REPORT (.*)$/m.exec(output);
+      const report = reportLine ? (JSON.parse(reportLine[1]) as HooksReport) : undefined;
+      if (code !== 0) problems.push(`Dredd exited with ${code}`);
+      if (!summaryLine) problems.push('no Dredd summary line ("complete: N passing, ...") in the output');
+      if (!report) problems.push('hooks.cjs printed no CONTRACT_HOOKS_REPORT line (were the hooks loaded?)');
+      if (summaryLine && report) {
+        const [, passing, failing, errors, skipped, total] = summaryLine.slice(0, 6).map(Number);
+        if (failing !== 0 || errors !== 0) problems.push(`Dredd reports ${failing} failing, ${errors} errors`);
+        if (skipped !== report.skipped.length) {
+          problems.push(`Dredd skipped ${skipped} transactions, hooks.cjs declares ${report.skipped.length}`);
+        }
+        if (total !== report.total || passing + skipped !== total) {
+          problems.push(`${passing} passing + ${skipped} skipped != ${total} total (hooks saw ${report.total})`);
+        }
+      }
+      if (report?.unusedSkipRules.length) {
+        problems.push(`skip rules in hooks.cjs that match no transaction: ${report.unusedSkipRules.join(', ')}`);
+      }
+      if (report?.unknownHookNames.length) {
+        problems.push(`hooks for transaction names Dredd does not know: ${report.unknownHookNames.join(', ')}`);
+      }
+
+      if (problems.length > 0) {
+        throw new Error(
+          `${problems.join('\n')}\n\n--- Dredd output ---\n${shortenLongLines(output)}\n` +
+            `--- service output ---\n${shortenLongLines(service?.output() ?? '')}`,
+        );
+      }
+      process.stdout.write(
+        `${summaryLine![0]}\n${report!.skipped.map(({ name, reason }) => `  skipped: ${name} -- ${reason}\n`).join('')}`,
+      );
+    },
+    DREDD_TIMEOUT_MS + 10_000,
+  );
 });

@@ -219,7 +219,10 @@ async function api(method, path, { key = API_KEY, headers = {}, body } = {}) {
 /** Creates a job for user 1 outside Dredd (for the transactions that consume an item) and returns its id. */
 async function createJob() {
   const { contentType, body } = multipart(validJobParts());
-  const response = await api('POST', '/generation/generate_image_v2/', { headers: { 'Content-Type': contentType }, body });
+  const response = await api('POST', '/generation/generate_image_v2/', {
+    headers: { 'Content-Type': contentType },
+    body,
+  });
   if (response.status !== 202) throw new Error(`creating a job failed: ${response.status} ${response.text}`);
   return JSON.parse(response.text).history_item_id;
 }
@@ -369,7 +372,8 @@ hooks.beforeEachValidation((transaction) => {
     const schema = contractSchema.toJsonSchema(contract, header).schema || {};
     const value = headers[name.toLowerCase()];
     if (value === undefined) continue; // Dredd reports missing headers itself.
-    if (schema.enum && !schema.enum.includes(value)) problems.push(`${name}: "${value}" is not one of ${schema.enum.join(' | ')}`);
+    if (schema.enum && !schema.enum.includes(value))
+      problems.push(`${name}: "${value}" is not one of ${schema.enum.join(' | ')}`);
     if (schema.type === 'integer' && !(/^\d+$/.test(value) && Number(value) >= (schema.minimum ?? 0))) {
       problems.push(`${name}: "${value}" is not an integer >= ${schema.minimum ?? 0}`);
     }
@@ -418,14 +422,24 @@ for (const [operation, prepare] of Object.entries(RATE_LIMITED_REQUESTS)) {
 }
 
 // GET /generation/generationTypes
-on('before', '/generation/generationTypes > List the generation types of a tool > 400 > application/problem+json', (t) =>
-  setPath(t, '/generation/generationTypes'),
+on(
+  'before',
+  '/generation/generationTypes > List the generation types of a tool > 400 > application/problem+json',
+  (t) => setPath(t, '/generation/generationTypes'),
 );
-expectProblemCode('/generation/generationTypes > List the generation types of a tool > 400 > application/problem+json', 'validation_failed');
-on('before', '/generation/generationTypes > List the generation types of a tool > 404 > application/problem+json', (t) =>
-  setPath(t, '/generation/generationTypes?tool=hat_swap'),
+expectProblemCode(
+  '/generation/generationTypes > List the generation types of a tool > 400 > application/problem+json',
+  'validation_failed',
 );
-expectProblemCode('/generation/generationTypes > List the generation types of a tool > 404 > application/problem+json', 'not_found');
+on(
+  'before',
+  '/generation/generationTypes > List the generation types of a tool > 404 > application/problem+json',
+  (t) => setPath(t, '/generation/generationTypes?tool=hat_swap'),
+);
+expectProblemCode(
+  '/generation/generationTypes > List the generation types of a tool > 404 > application/problem+json',
+  'not_found',
+);
 
 // POST /generation/generate_image_v2/ (Dredd would send an empty multipart body: every transaction builds its own)
 on('before', `${CREATE} > 202 > application/json`, (t) => {
@@ -485,7 +499,9 @@ expectProblemCode(`${LIST} > 400 > application/problem+json`, 'validation_failed
 on('before', `${READ} > 200 > application/json`, (t) => setPath(t, `/user/generation-history/${requireItem()}`));
 on('before', `${READ} > 400 > application/problem+json`, (t) => setPath(t, '/user/generation-history/not-a-uuid'));
 expectProblemCode(`${READ} > 400 > application/problem+json`, 'validation_failed');
-on('before', `${READ} > 401 > application/problem+json`, (t) => setPath(t, `/user/generation-history/${requireItem()}`));
+on('before', `${READ} > 401 > application/problem+json`, (t) =>
+  setPath(t, `/user/generation-history/${requireItem()}`),
+);
 on('before', `${READ} > 404 > application/problem+json`, (t) => {
   setPath(t, `/user/generation-history/${requireItem()}`);
   useKey(t, OTHER_API_KEY); // user 1's item asked for by user 2
@@ -496,7 +512,9 @@ expectProblemCode(`${READ} > 404 > application/problem+json`, 'not_found');
 on('before', `${DELETE} > 204`, async (t) => setPath(t, `/user/generation-history/${await createJob()}`));
 on('before', `${DELETE} > 400 > application/problem+json`, (t) => setPath(t, '/user/generation-history/not-a-uuid'));
 expectProblemCode(`${DELETE} > 400 > application/problem+json`, 'validation_failed');
-on('before', `${DELETE} > 401 > application/problem+json`, (t) => setPath(t, `/user/generation-history/${requireItem()}`));
+on('before', `${DELETE} > 401 > application/problem+json`, (t) =>
+  setPath(t, `/user/generation-history/${requireItem()}`),
+);
 on('before', `${DELETE} > 404 > application/problem+json`, (t) => {
   setPath(t, `/user/generation-history/${requireItem()}`);
   useKey(t, OTHER_API_KEY);
@@ -530,8 +548,10 @@ on('before', `${FEEDBACK} > 404 > application/problem+json`, (t) => {
   useKey(t, OTHER_API_KEY);
 });
 expectProblemCode(`${FEEDBACK} > 404 > application/problem+json`, 'not_found');
-on('before', `${FEEDBACK} > 409 > application/problem+json`, (t) =>
-  setPath(t, `/user/generation-history/feedback/${ERROR_ITEM_ID}`), // seeded with status `error`
+on(
+  'before',
+  `${FEEDBACK} > 409 > application/problem+json`,
+  (t) => setPath(t, `/user/generation-history/feedback/${ERROR_ITEM_ID}`), // seeded with status `error`
 );
 expectProblemCode(`${FEEDBACK} > 409 > application/problem+json`, 'not_complete');
 
@@ -546,7 +566,8 @@ const IMAGE_CHECKS = {
     if (Math.max(width, height) > 512) throw new Error(`preview is ${width}x${height}, more than 512 px on a side`);
   },
   'stock.jpg': async (bytes) => {
-    if (!(bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff)) throw new Error('stock.jpg is not a JPEG image');
+    if (!(bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff))
+      throw new Error('stock.jpg is not a JPEG image');
   },
 };
 for (const [contentType, file] of [
@@ -572,7 +593,8 @@ expectProblemCode(`${MEDIA} > 404 > application/problem+json`, 'not_found');
 
 // Contract endpoints: the very document this run reads.
 on('beforeValidation', '/openapi.json > This contract as JSON > 200 > application/json', (t) => {
-  if (JSON.stringify(realJson(t)) !== JSON.stringify(contract)) throw new Error('/openapi.json is not openapi/openapi.yaml');
+  if (JSON.stringify(realJson(t)) !== JSON.stringify(contract))
+    throw new Error('/openapi.json is not openapi/openapi.yaml');
 });
 on('beforeValidation', '/openapi.yaml > This contract as YAML > 200 > application/yaml', (t) => {
   t.expected.body = readFileSync(CONTRACT_FILE, 'utf8'); // exact text comparison by Dredd

@@ -91,7 +91,10 @@ describe('an engine that keeps failing', () => {
       const mine = ended.filter((e) => e.kind === kind);
       byKind[kind] =
         `${mine.map((e) => e.item.error?.code ?? e.item.status).join(',')}; error after ms p50 ` +
-        `${percentile(mine.map((e) => e.ms), 50)}, max ${Math.max(...mine.map((e) => e.ms))}`;
+        `${percentile(
+          mine.map((e) => e.ms),
+          50,
+        )}, max ${Math.max(...mine.map((e) => e.ms))}`;
     }
     report('failing engine', {
       'jobs / attempts / engine timeout ms': `${jobs.length} / ${ATTEMPTS} / ${ENGINE_TIMEOUT_MS}`,
@@ -112,4 +115,3 @@ describe('an engine that keeps failing', () => {
     expect(counts).toMatchObject({ waiting: 0, active: 0, delayed: 0, failed: jobs.length });
   }, 120_000);
 });
-

@@ -112,7 +112,11 @@ describe('Redis restarted (and come back empty) while clients submit jobs', () =
     const lastAnsweredAt = millisSince(started);
 
     const backlogMs = (accepted.length * ENGINE_MS) / CONCURRENCY;
-    await waitUntil(async () => (await statusCounts(env)).pending === undefined, 'no item to be pending', REQUEUE_MS + backlogMs);
+    await waitUntil(
+      async () => (await statusCounts(env)).pending === undefined,
+      'no item to be pending',
+      REQUEUE_MS + backlogMs,
+    );
     const drainedAt = millisSince(started);
 
     const duringOutage = answers.filter((a) => a.sentAt > downAt && a.sentAt < upStartedAt);
@@ -140,7 +144,10 @@ describe('Redis restarted (and come back empty) while clients submit jobs', () =
       'nothing pending at (ms)': drainedAt,
       'engine calls': fake.requests.length,
       'worker still the same process': worker.process.exitCode === null,
-      'API errors logged (unhandled)': api.output().split('\n').filter((line) => line.includes('unhandled error')),
+      'API errors logged (unhandled)': api
+        .output()
+        .split('\n')
+        .filter((line) => line.includes('unhandled error')),
     });
 
     expect(answers.filter((a) => a.status !== 202 && a.status !== 503)).toEqual([]);

@@ -236,7 +236,11 @@ describe('the service process', () => {
     });
 
     it('serves the contract without a key', async () => {
-      const [json, yaml, docs] = await Promise.all([request('/openapi.json'), request('/openapi.yaml'), request('/docs')]);
+      const [json, yaml, docs] = await Promise.all([
+        request('/openapi.json'),
+        request('/openapi.yaml'),
+        request('/docs'),
+      ]);
 
       expect([json.status, yaml.status, docs.status]).toEqual([200, 200, 200]);
     });

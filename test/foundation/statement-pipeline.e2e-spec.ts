@@ -114,7 +114,9 @@ describe('StatementPipeline on a real PostgreSQL', () => {
     const [pid] = await backends();
     const sleeping = sut.query({ name: 'sleep', text: 'SELECT pg_sleep($1)', values: [10] });
     await waitUntil(async () => {
-      const { rows } = await admin.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%pg_sleep%'`, [pid]);
+      const { rows } = await admin.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%pg_sleep%'`, [
+        pid,
+      ]);
       return rows.length === 1;
     }, 'the statement to run');
 
@@ -122,10 +124,16 @@ describe('StatementPipeline on a real PostgreSQL', () => {
 
     expect(isUnavailable(await rejectionOf(sleeping))).toBe(true);
     let answer: unknown;
-    await waitUntil(async () => {
-      answer = await sut.query(echo(2)).catch((error: unknown) => (isUnavailable(error) ? undefined : Promise.reject(error)));
-      return answer !== undefined;
-    }, 'a statement to succeed again', 5000);
+    await waitUntil(
+      async () => {
+        answer = await sut
+          .query(echo(2))
+          .catch((error: unknown) => (isUnavailable(error) ? undefined : Promise.reject(error)));
+        return answer !== undefined;
+      },
+      'a statement to succeed again',
+      5000,
+    );
     expect(answer).toEqual([{ n: 2 }]);
     const now = await backends();
     expect(now).toHaveLength(1);

@@ -59,7 +59,11 @@ const BAD_UPLOADS: BadUpload[] = [
     send: async (baseUrl, key) =>
       postJob(baseUrl, key, {
         tool: 'default',
-        image: file(Buffer.from('This is a plain text file, not a picture at all.\n'.repeat(20)), 'image.png', 'image/png'),
+        image: file(
+          Buffer.from('This is a plain text file, not a picture at all.\n'.repeat(20)),
+          'image.png',
+          'image/png',
+        ),
       }),
   },
   {
@@ -216,14 +220,20 @@ const BAD_UPLOADS: BadUpload[] = [
     status: 422,
     code: 'invalid_generation_type',
     send: async (baseUrl, key) =>
-      postJob(baseUrl, key, { tool: 'fashion_swap', generation_type: 'enhance', clothes: await png(), person: await png() }),
+      postJob(baseUrl, key, {
+        tool: 'fashion_swap',
+        generation_type: 'enhance',
+        clothes: await png(),
+        person: await png(),
+      }),
   },
   {
     name: 'a prompt of 1001 characters',
     status: 400,
     code: 'validation_failed',
     field: 'prompt',
-    send: async (baseUrl, key) => postJob(baseUrl, key, { tool: 'default', image: await png(), prompt: 'a'.repeat(1001) }),
+    send: async (baseUrl, key) =>
+      postJob(baseUrl, key, { tool: 'default', image: await png(), prompt: 'a'.repeat(1001) }),
   },
   {
     name: 'JSON instead of multipart',
@@ -293,11 +303,15 @@ describe('job creation refusing bad uploads', () => {
     return body;
   }
 
-  it.each(BAD_UPLOADS)('refuses $name with $status $code and keeps nothing', async (upload) => {
-    const response = await upload.send(sut.baseUrl, apiKey);
+  it.each(BAD_UPLOADS)(
+    'refuses $name with $status $code and keeps nothing',
+    async (upload) => {
+      const response = await upload.send(sut.baseUrl, apiKey);
 
-    await expectRefused(response, upload);
-  }, 30_000);
+      await expectRefused(response, upload);
+    },
+    30_000,
+  );
 
   it('challenges a missing or unknown key with WWW-Authenticate', async () => {
     const missing = await postJob(sut.baseUrl, undefined, { tool: 'default', image: await png() });
@@ -313,7 +327,10 @@ describe('job creation refusing bad uploads', () => {
     expect(bomb.length).toBeLessThan(MIB);
     const peakBefore = await peakRssBytes(sut.process.pid!);
 
-    const response = await postJob(sut.baseUrl, apiKey, { tool: 'default', image: file(bomb, 'image.png', 'image/png') });
+    const response = await postJob(sut.baseUrl, apiKey, {
+      tool: 'default',
+      image: file(bomb, 'image.png', 'image/png'),
+    });
 
     await expectRefused(response, { status: 422, code: 'image_too_large' });
     // Decoding it would take 400 MB (one byte a pixel) at the very least.

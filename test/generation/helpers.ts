@@ -138,7 +138,10 @@ export async function listHistory(
   query = '',
 ): Promise<{ response: Response; items: { history_item_id: string; status: string }[]; total: number }> {
   const response = await fetch(`${baseUrl}/user/generation-history${query}`, { headers: bearer(apiKey) });
-  const body = (await response.clone().json()) as { items: { history_item_id: string; status: string }[]; total: number };
+  const body = (await response.clone().json()) as {
+    items: { history_item_id: string; status: string }[];
+    total: number;
+  };
   return { response, items: body.items, total: body.total };
 }
 

@@ -139,7 +139,11 @@ describe('Idempotency-Key on job creation', () => {
     const apiKey = await newUser();
     const key = randomUUID();
     const notAnImage = file(Buffer.from('plain text, not an image\n'.repeat(10)), 'image.png', 'image/png');
-    await refused(await postJob(sut.baseUrl, apiKey, { tool: 'default', image: notAnImage }, withKey(key)), 415, 'unsupported_media_type');
+    await refused(
+      await postJob(sut.baseUrl, apiKey, { tool: 'default', image: notAnImage }, withKey(key)),
+      415,
+      'unsupported_media_type',
+    );
 
     const corrected = await postJob(sut.baseUrl, apiKey, await defaultJob(), withKey(key));
 

@@ -3,7 +3,14 @@ import sharp from 'sharp';
 import { CARD_HEIGHT, CARD_WIDTH } from '../../src/worker/engines/local/product-card.pipeline.js';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FormValue, type HistoryItemBody, makeImage, postJob, waitForFinal, withLeadingMetadata } from '../support/jobs.js';
+import {
+  type FormValue,
+  type HistoryItemBody,
+  makeImage,
+  postJob,
+  waitForFinal,
+  withLeadingMetadata,
+} from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import { bearer, CREATE_PATH, file, type JobAcceptedBody, type ProblemBody, UUID } from './helpers.js';
 
@@ -44,15 +51,33 @@ interface Variant {
 
 const VARIANTS: Variant[] = [
   { tool: 'fashion_swap', generationType: 'fashion_swap_full', inputs: ['clothes', 'person'], stock: SIZES.person },
-  { tool: 'fashion_swap_half', sent: 'upper', generationType: 'upper', inputs: ['clothes', 'person'], stock: SIZES.person },
-  { tool: 'fashion_swap_half', sent: 'lower', generationType: 'lower', inputs: ['clothes', 'person'], stock: SIZES.person },
+  {
+    tool: 'fashion_swap_half',
+    sent: 'upper',
+    generationType: 'upper',
+    inputs: ['clothes', 'person'],
+    stock: SIZES.person,
+  },
+  {
+    tool: 'fashion_swap_half',
+    sent: 'lower',
+    generationType: 'lower',
+    inputs: ['clothes', 'person'],
+    stock: SIZES.person,
+  },
   {
     tool: 'fashion_card',
     generationType: 'product_card',
     inputs: ['clothes'],
     stock: { width: CARD_WIDTH, height: CARD_HEIGHT },
   },
-  { tool: 'lengerie', sent: 'lengerie_swap', generationType: 'lengerie_swap', inputs: ['clothes', 'person'], stock: SIZES.person },
+  {
+    tool: 'lengerie',
+    sent: 'lengerie_swap',
+    generationType: 'lengerie_swap',
+    inputs: ['clothes', 'person'],
+    stock: SIZES.person,
+  },
   { tool: 'furniture', generationType: 'furniture_placement', inputs: ['room', 'furniture'], stock: SIZES.room },
   { tool: 'fabric', generationType: 'fabric_retexture', inputs: ['fabric', 'target'], stock: SIZES.target },
   {
@@ -226,7 +251,13 @@ describe('job creation with a worker running', () => {
       const { width, height } = SIZES.person;
       const clothes = withLeadingMetadata(await makeImage(360, 420, 'jpeg', '#a53a3a'), 150_000);
       const person = await sharp({
-        create: { width, height, channels: 3, background: '#808080', noise: { type: 'gaussian', mean: 128, sigma: 40 } },
+        create: {
+          width,
+          height,
+          channels: 3,
+          background: '#808080',
+          noise: { type: 'gaussian', mean: 128, sigma: 40 },
+        },
       })
         .webp()
         .toBuffer();
@@ -263,7 +294,11 @@ describe('job creation with a worker running', () => {
     expect(othersAnswer.status).toBe(404);
     expect(missingAnswer.status).toBe(404);
     expect(othersAnswer.headers.get('content-type')).toBe(missingAnswer.headers.get('content-type'));
-    const othersBody = (await expectMatchesContract(othersAnswer, 'GET', '/user/generation-history/{id}')) as ProblemBody;
+    const othersBody = (await expectMatchesContract(
+      othersAnswer,
+      'GET',
+      '/user/generation-history/{id}',
+    )) as ProblemBody;
     const missingBody = await expectMatchesContract(missingAnswer, 'GET', '/user/generation-history/{id}');
     expect(othersBody).toEqual(missingBody);
     expect(othersBody.code).toBe('not_found');

@@ -4,7 +4,15 @@ import { createTestEnvironment, type TestEnvironment } from '../support/environm
 import { inputsFor, postJob } from '../support/jobs.js';
 import { rawExchange } from '../hardening/raw-http.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { bearer, CREATE_PATH, filesUnder, itemsWithInputs, listHistory, type ProblemBody, retryAfterSeconds } from './helpers.js';
+import {
+  bearer,
+  CREATE_PATH,
+  filesUnder,
+  itemsWithInputs,
+  listHistory,
+  type ProblemBody,
+  retryAfterSeconds,
+} from './helpers.js';
 
 async function expectTooManyRequests(response: Response, code: string): Promise<ProblemBody> {
   expect(response.status).toBe(429);
@@ -67,7 +75,9 @@ describe('per-user limits on job creation', () => {
       expect(refused).toHaveLength(4);
       const ids: string[] = [];
       for (const response of accepted) {
-        ids.push(((await expectMatchesContract(response, 'POST', CREATE_PATH)) as { history_item_id: string }).history_item_id);
+        ids.push(
+          ((await expectMatchesContract(response, 'POST', CREATE_PATH)) as { history_item_id: string }).history_item_id,
+        );
       }
       for (const response of refused) await expectTooManyRequests(response, 'too_many_pending');
       const pending = await listHistory(sut.baseUrl, apiKey, '?status=pending');
@@ -84,7 +94,12 @@ describe('per-user limits on job creation', () => {
     let sut: RunningService;
 
     beforeAll(async () => {
-      sut = await startService({ ...env.serviceEnv, ROLE: 'api', LIMIT_MAX_PENDING: '1', LIMIT_CREATIONS_PER_MINUTE: '2' });
+      sut = await startService({
+        ...env.serviceEnv,
+        ROLE: 'api',
+        LIMIT_MAX_PENDING: '1',
+        LIMIT_CREATIONS_PER_MINUTE: '2',
+      });
     }, 60_000);
 
     afterAll(async () => {
@@ -96,9 +111,13 @@ describe('per-user limits on job creation', () => {
       const fields = await inputsFor('default');
       const first = await postJob(sut.baseUrl, apiKey, fields);
       expect(first.status).toBe(202);
-      for (let i = 0; i < 3; i++) await expectTooManyRequests(await postJob(sut.baseUrl, apiKey, fields), 'too_many_pending');
+      for (let i = 0; i < 3; i++)
+        await expectTooManyRequests(await postJob(sut.baseUrl, apiKey, fields), 'too_many_pending');
       const { history_item_id: firstId } = (await first.json()) as { history_item_id: string };
-      const deleted = await fetch(`${sut.baseUrl}/user/generation-history/${firstId}`, { method: 'DELETE', headers: bearer(apiKey) });
+      const deleted = await fetch(`${sut.baseUrl}/user/generation-history/${firstId}`, {
+        method: 'DELETE',
+        headers: bearer(apiKey),
+      });
       expect(deleted.status).toBe(204);
 
       const second = await postJob(sut.baseUrl, apiKey, fields);
@@ -165,7 +184,10 @@ describe('per-user limits on job creation', () => {
     it('counts neither refused uploads nor idempotent replays against the budget', async () => {
       const apiKey = await createUserWithKey(env.databaseUrl);
       const fields = await inputsFor('default');
-      const notAnImage = { ...fields, image: { data: Buffer.from('plain text, not an image'), contentType: 'image/png' } };
+      const notAnImage = {
+        ...fields,
+        image: { data: Buffer.from('plain text, not an image'), contentType: 'image/png' },
+      };
       for (let i = 0; i < 3; i++) expect((await postJob(sut.baseUrl, apiKey, notAnImage)).status).toBe(415);
       const first = await postJob(sut.baseUrl, apiKey, fields, { 'Idempotency-Key': 'replayed' });
       expect(first.status).toBe(202);

@@ -58,7 +58,12 @@ describe('failed authentications per client address', () => {
   beforeAll(async () => {
     env = await createTestEnvironment();
     // Behind one proxy, so each test can act as clients of its own (X-Forwarded-For).
-    sut = await startService({ ...env.serviceEnv, ROLE: 'api', AUTH_FAILURES_PER_MINUTE: String(LIMIT), TRUST_PROXY: '1' });
+    sut = await startService({
+      ...env.serviceEnv,
+      ROLE: 'api',
+      AUTH_FAILURES_PER_MINUTE: String(LIMIT),
+      TRUST_PROXY: '1',
+    });
     validKey = await createUserWithKey(env.databaseUrl);
   }, 60_000);
 
@@ -151,7 +156,12 @@ describe('failed authentications without a trusted proxy, and with Redis down', 
     redis = await startPrivateRedis();
     env = await createTestEnvironment({ redisUrl: redis.url });
     // LOG_LEVEL info: the service says when Redis is back, which the second test waits for.
-    sut = await startService({ ...env.serviceEnv, ROLE: 'api', AUTH_FAILURES_PER_MINUTE: String(LIMIT), LOG_LEVEL: 'info' });
+    sut = await startService({
+      ...env.serviceEnv,
+      ROLE: 'api',
+      AUTH_FAILURES_PER_MINUTE: String(LIMIT),
+      LOG_LEVEL: 'info',
+    });
     validKey = await createUserWithKey(env.databaseUrl);
   }, 60_000);
 
@@ -172,7 +182,9 @@ describe('failed authentications without a trusted proxy, and with Redis down', 
       answers.push((await tools({ Authorization: 'Bearer wrong' })).status);
       answers.push((await tools({ Authorization: `Bearer ${validKey}` })).status);
     }
-    const list = await fetch(`${sut.baseUrl}/user/generation-history`, { headers: { Authorization: `Bearer ${validKey}` } });
+    const list = await fetch(`${sut.baseUrl}/user/generation-history`, {
+      headers: { Authorization: `Bearer ${validKey}` },
+    });
     const unknown = await tools({ Authorization: `Bearer ${generateApiKey()}` });
 
     expect(answers).toEqual(Array.from({ length: 3 * LIMIT }, () => [401, 200]).flat());

@@ -46,11 +46,18 @@ function contractOperations(): Operation[] {
   for (const [template, pathItem] of Object.entries(contract.paths)) {
     for (const method of HTTP_METHODS.filter((m) => pathItem[m])) {
       const operation = pathItem[method] as Json & { parameters?: unknown[]; requestBody?: { content: Json } };
-      const parameters = [...((pathItem.parameters as unknown as unknown[]) ?? []), ...(operation.parameters ?? [])].map((p) =>
-        resolve<Parameter>(p),
-      );
+      const parameters = [
+        ...((pathItem.parameters as unknown as unknown[]) ?? []),
+        ...(operation.parameters ?? []),
+      ].map((p) => resolve<Parameter>(p));
       const requestBody = operation.requestBody?.content as Operation['requestBody'];
-      operations.push({ id: operation.operationId as string, method: method.toUpperCase(), template, parameters, requestBody });
+      operations.push({
+        id: operation.operationId as string,
+        method: method.toUpperCase(),
+        template,
+        parameters,
+        requestBody,
+      });
     }
   }
   return operations;
@@ -80,7 +87,10 @@ function validValue(schema: Schema): fc.Arbitrary<unknown> {
         }
         default:
           if (schema.format === 'uuid') return fc.uuid();
-          return fc.string({ minLength: (schema.minLength as number) ?? 0, maxLength: Math.min((schema.maxLength as number) ?? 40, 40) });
+          return fc.string({
+            minLength: (schema.minLength as number) ?? 0,
+            maxLength: Math.min((schema.maxLength as number) ?? 40, 40),
+          });
       }
     }),
   );
@@ -91,9 +101,37 @@ const hostileString = fc.oneof(
   fc.string({ unit: 'grapheme', maxLength: 30 }),
   fc.string({ unit: 'binary', maxLength: 30 }),
   fc.constantFrom(
-    '', ' ', '.', '..', '../..', '..\\..', '%', '%00', '%E0%A4%A', '0', '-1', '1.5', '1e3', '0x10', 'NaN', 'Infinity',
-    '9'.repeat(40), 'true', 'null', '[]', '{}', '__proto__', 'constructor', 'toString', 'ℵ', '😀', 'x'.repeat(3000),
-    '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c4', '3F6C1D2E-8A4B-4C7E-9F21-5B0D7E9A1C44', "' OR 1=1 --", '<script>',
+    '',
+    ' ',
+    '.',
+    '..',
+    '../..',
+    '..\\..',
+    '%',
+    '%00',
+    '%E0%A4%A',
+    '0',
+    '-1',
+    '1.5',
+    '1e3',
+    '0x10',
+    'NaN',
+    'Infinity',
+    '9'.repeat(40),
+    'true',
+    'null',
+    '[]',
+    '{}',
+    '__proto__',
+    'constructor',
+    'toString',
+    'ℵ',
+    '😀',
+    'x'.repeat(3000),
+    '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c4',
+    '3F6C1D2E-8A4B-4C7E-9F21-5B0D7E9A1C44',
+    "' OR 1=1 --",
+    '<script>',
   ),
   fc.integer().map(String),
   fc.double().map(String),
@@ -101,7 +139,9 @@ const hostileString = fc.oneof(
 
 /** What fetch can put in a header: printable ASCII and Latin-1 (it refuses CR, LF, NUL and wider characters). */
 const headerValue = fc.string({
-  unit: fc.oneof(fc.integer({ min: 0x20, max: 0x7e }), fc.integer({ min: 0xa0, max: 0xff })).map((c) => String.fromCharCode(c)),
+  unit: fc
+    .oneof(fc.integer({ min: 0x20, max: 0x7e }), fc.integer({ min: 0xa0, max: 0xff }))
+    .map((c) => String.fromCharCode(c)),
   maxLength: 300,
 });
 
@@ -111,12 +151,14 @@ const headerValue = fc.string({
  */
 function pathSegment(parameter: Parameter, known: string[]): fc.Arbitrary<string> {
   const encode = (value: unknown) => encodeURIComponent(String(value)).replace(/\./g, '%2E');
-  return fc.oneof(
-    { weight: 3, arbitrary: validValue(parameter.schema).map(encode) },
-    { weight: known.length > 0 ? 3 : 0, arbitrary: fc.constantFrom(...(known.length > 0 ? known : ['x'])) },
-    { weight: 3, arbitrary: hostileString.map(encode) },
-    { weight: 1, arbitrary: fc.constantFrom('%', '%zz', '%E0%A4%A', '%2e%2e', '..%2F..%2Fetc') },
-  ).filter((segment) => segment !== '');
+  return fc
+    .oneof(
+      { weight: 3, arbitrary: validValue(parameter.schema).map(encode) },
+      { weight: known.length > 0 ? 3 : 0, arbitrary: fc.constantFrom(...(known.length > 0 ? known : ['x'])) },
+      { weight: 3, arbitrary: hostileString.map(encode) },
+      { weight: 1, arbitrary: fc.constantFrom('%', '%zz', '%E0%A4%A', '%2e%2e', '..%2F..%2Fetc') },
+    )
+    .filter((segment) => segment !== '');
 }
 
 /** A query parameter absent, valid, broken, or repeated. */
@@ -125,7 +167,9 @@ function queryValues(parameter: Parameter): fc.Arbitrary<[string, string][]> {
   return fc.oneof(
     fc.constant<[string, string][]>([]),
     one.map((value): [string, string][] => [[parameter.name, value]]),
-    fc.array(one, { minLength: 2, maxLength: 3 }).map((values) => values.map((v): [string, string] => [parameter.name, v])),
+    fc
+      .array(one, { minLength: 2, maxLength: 3 })
+      .map((values) => values.map((v): [string, string] => [parameter.name, v])),
   );
 }
 
@@ -159,12 +203,19 @@ function authorization(keys: string[]): fc.Arbitrary<Record<string, string>> {
 }
 
 function jsonBody(schema: Schema): fc.Arbitrary<FuzzRequest['body']> {
-  const json = (value: unknown) => ({ kind: 'text' as const, contentType: 'application/json', text: JSON.stringify(value) });
+  const json = (value: unknown) => ({
+    kind: 'text' as const,
+    contentType: 'application/json',
+    text: JSON.stringify(value),
+  });
   const properties = Object.keys((schema.properties ?? {}) as Json);
   return fc.oneof(
     { weight: 3, arbitrary: validValue(schema).map(json) },
     // Near-valid: the right field with any value, an extra field, a field missing.
-    { weight: 2, arbitrary: fc.jsonValue().map((value) => json(Object.fromEntries(properties.map((p) => [p, value])))) },
+    {
+      weight: 2,
+      arbitrary: fc.jsonValue().map((value) => json(Object.fromEntries(properties.map((p) => [p, value])))),
+    },
     {
       weight: 2,
       arbitrary: fc
@@ -173,12 +224,20 @@ function jsonBody(schema: Schema): fc.Arbitrary<FuzzRequest['body']> {
     },
     { weight: 1, arbitrary: fc.constant(json({})) },
     { weight: 2, arbitrary: fc.jsonValue().map(json) },
-    { weight: 1, arbitrary: fc.string().map((text) => ({ kind: 'text' as const, contentType: 'application/json', text })) },
+    {
+      weight: 1,
+      arbitrary: fc.string().map((text) => ({ kind: 'text' as const, contentType: 'application/json', text })),
+    },
     {
       weight: 1,
       arbitrary: fc.record({
         kind: fc.constant('text' as const),
-        contentType: fc.constantFrom('text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1', 'application/xml'),
+        contentType: fc.constantFrom(
+          'text/plain',
+          'application/x-www-form-urlencoded',
+          'application/json; charset=latin1',
+          'application/xml',
+        ),
         text: fc.string(),
       }),
     },
@@ -194,20 +253,32 @@ function formBody(schema: Schema, examples: Json[], images: Buffer[]): fc.Arbitr
   const properties = (schema.properties ?? {}) as Record<string, Schema>;
   const names = Object.keys(properties);
   const isFile = (name: string) => properties[name]?.format === 'binary';
-  const image = fc.constantFrom(...images).map((bytes) => ({ bytes: new Uint8Array(bytes), filename: 'photo.png', type: 'image/png' }));
+  const image = fc
+    .constantFrom(...images)
+    .map((bytes) => ({ bytes: new Uint8Array(bytes), filename: 'photo.png', type: 'image/png' }));
   const randomFile = fc.record({
     bytes: fc.uint8Array({ maxLength: 2048 }),
     filename: fc.oneof(fc.constant('photo.jpg'), hostileString),
     type: fc.constantFrom('image/jpeg', 'image/png', 'application/octet-stream', 'text/plain'),
   });
-  const exampleForm = fc.constantFrom(...examples).chain((example) =>
-    fc.tuple(...Object.keys(example).map((name) =>
-      isFile(name) ? image.map((file): Part => ({ name, ...file })) : fc.constant<Part>({ name, text: String(example[name]) }),
-    )),
-  );
+  const exampleForm = fc
+    .constantFrom(...examples)
+    .chain((example) =>
+      fc.tuple(
+        ...Object.keys(example).map((name) =>
+          isFile(name)
+            ? image.map((file): Part => ({ name, ...file }))
+            : fc.constant<Part>({ name, text: String(example[name]) }),
+        ),
+      ),
+    );
   const anyPart: fc.Arbitrary<Part> = fc.oneof(
-    fc.tuple(fc.constantFrom(...names), fc.oneof(validValue({ type: 'string' }).map(String), hostileString)).map(([name, text]) => ({ name, text })),
-    fc.tuple(fc.constantFrom(...names.filter(isFile)), fc.oneof(image, randomFile)).map(([name, file]) => ({ name, ...file })),
+    fc
+      .tuple(fc.constantFrom(...names), fc.oneof(validValue({ type: 'string' }).map(String), hostileString))
+      .map(([name, text]) => ({ name, text })),
+    fc
+      .tuple(fc.constantFrom(...names.filter(isFile)), fc.oneof(image, randomFile))
+      .map(([name, file]) => ({ name, ...file })),
     fc.tuple(hostileString, hostileString).map(([name, text]) => ({ name, text })),
     fc.tuple(hostileString, randomFile).map(([name, file]) => ({ name, ...file })),
   );
@@ -215,27 +286,40 @@ function formBody(schema: Schema, examples: Json[], images: Buffer[]): fc.Arbitr
     { weight: 2, arbitrary: exampleForm.map((parts) => ({ kind: 'form' as const, parts })) },
     {
       weight: 2,
-      arbitrary: fc.tuple(exampleForm, anyPart).map(([parts, extra]) => ({ kind: 'form' as const, parts: [...parts, extra] })),
+      arbitrary: fc
+        .tuple(exampleForm, anyPart)
+        .map(([parts, extra]) => ({ kind: 'form' as const, parts: [...parts, extra] })),
     },
     { weight: 4, arbitrary: fc.array(anyPart, { maxLength: 12 }).map((parts) => ({ kind: 'form' as const, parts })) },
     { weight: 1, arbitrary: fc.constant(undefined) },
-    { weight: 1, arbitrary: fc.string().map((text) => ({ kind: 'text' as const, contentType: 'application/json', text })) },
+    {
+      weight: 1,
+      arbitrary: fc.string().map((text) => ({ kind: 'text' as const, contentType: 'application/json', text })),
+    },
   );
 }
 
 function requests(operation: Operation, fixtures: Fixtures): fc.Arbitrary<FuzzRequest> {
   const segments = operation.parameters
     .filter((p) => p.in === 'path')
-    .map((p) => pathSegment(p, p.name === 'id' ? fixtures.itemIds : p.name === 'file' ? ['preview.webp', 'stock.jpg'] : []));
+    .map((p) =>
+      pathSegment(p, p.name === 'id' ? fixtures.itemIds : p.name === 'file' ? ['preview.webp', 'stock.jpg'] : []),
+    );
   const query = operation.parameters.filter((p) => p.in === 'query').map(queryValues);
   const extraQuery = fc.array(fc.tuple(hostileString, hostileString), { maxLength: 2 });
   const headers = operation.parameters
     .filter((p) => p.in === 'header')
     .map((p) =>
-      fc.option(
-        fc.oneof(validValue(p.schema).map(String), headerValue, fc.string({ minLength: 250, maxLength: 260, unit: 'grapheme-ascii' })),
-        { nil: undefined },
-      ).map((value): Record<string, string> => (value === undefined ? {} : { [p.name]: value })),
+      fc
+        .option(
+          fc.oneof(
+            validValue(p.schema).map(String),
+            headerValue,
+            fc.string({ minLength: 250, maxLength: 260, unit: 'grapheme-ascii' }),
+          ),
+          { nil: undefined },
+        )
+        .map((value): Record<string, string> => (value === undefined ? {} : { [p.name]: value })),
     );
   const media = operation.requestBody ?? {};
   const body: fc.Arbitrary<FuzzRequest['body']> = media['application/json']
@@ -292,7 +376,10 @@ describe('requests generated from the contract', () => {
   let fixtures: Fixtures;
   const operations = contractOperations();
   // Deleting comes last, so the items the other operations are given stay there until then.
-  const ordered = [...operations.filter((o) => o.method !== 'DELETE'), ...operations.filter((o) => o.method === 'DELETE')];
+  const ordered = [
+    ...operations.filter((o) => o.method !== 'DELETE'),
+    ...operations.filter((o) => o.method === 'DELETE'),
+  ];
 
   beforeAll(async () => {
     env = await createTestEnvironment();
@@ -318,8 +405,18 @@ describe('requests generated from the contract', () => {
   it('covers every operation of the contract', () => {
     expect(operations.map((o) => o.id).sort()).toEqual(
       [
-        'createGenerationJob', 'deleteHistoryItem', 'getHistoryItem', 'getLiveness', 'getMedia', 'getOpenApiJson',
-        'getOpenApiYaml', 'getReadiness', 'listGenerationTypes', 'listHistoryItems', 'listTools', 'setHistoryItemFeedback',
+        'createGenerationJob',
+        'deleteHistoryItem',
+        'getHistoryItem',
+        'getLiveness',
+        'getMedia',
+        'getOpenApiJson',
+        'getOpenApiYaml',
+        'getReadiness',
+        'listGenerationTypes',
+        'listHistoryItems',
+        'listTools',
+        'setHistoryItemFeedback',
       ].sort(),
     );
   });
@@ -339,7 +436,9 @@ describe('requests generated from the contract', () => {
       );
 
       const counts = [...statuses].sort(([a], [b]) => a - b).map(([status, count]) => `${status}: ${count}`);
-      process.stdout.write(`${operation.method} ${operation.template} (${RUNS_PER_OPERATION} runs): ${counts.join(', ')}\n`);
+      process.stdout.write(
+        `${operation.method} ${operation.template} (${RUNS_PER_OPERATION} runs): ${counts.join(', ')}\n`,
+      );
       expect((await fetch(`${sut.baseUrl}/health/live`)).status).toBe(200);
     },
     60_000,

@@ -69,13 +69,22 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
 
   /** One request of every kind: success and error, API and media, JSON, YAML, problem and image. */
   function everyKind(): { what: string; send: () => Promise<Response> }[] {
-    const get = (path: string, headers: Record<string, string> = {}) => () => fetch(`${sut.baseUrl}${path}`, { headers });
+    const get =
+      (path: string, headers: Record<string, string> = {}) =>
+      () =>
+        fetch(`${sut.baseUrl}${path}`, { headers });
     return [
       { what: 'GET /generation/tools (200)', send: get('/generation/tools', auth()) },
       { what: 'GET /generation/tools without a key (401)', send: get('/generation/tools') },
-      { what: 'GET /generation/generationTypes?tool=hat (404)', send: get('/generation/generationTypes?tool=hat', auth()) },
+      {
+        what: 'GET /generation/generationTypes?tool=hat (404)',
+        send: get('/generation/generationTypes?tool=hat', auth()),
+      },
       { what: 'GET /user/generation-history (200)', send: get('/user/generation-history', auth()) },
-      { what: 'GET /user/generation-history/not-a-uuid (400)', send: get('/user/generation-history/not-a-uuid', auth()) },
+      {
+        what: 'GET /user/generation-history/not-a-uuid (400)',
+        send: get('/user/generation-history/not-a-uuid', auth()),
+      },
       {
         what: 'PATCH feedback with broken JSON (400 before any route)',
         send: () =>
@@ -85,7 +94,10 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
             body: '{"like": tru',
           }),
       },
-      { what: 'POST a job without a body (400)', send: () => fetch(`${sut.baseUrl}/generation/generate_image_v2/`, { method: 'POST', headers: auth() }) },
+      {
+        what: 'POST a job without a body (400)',
+        send: () => fetch(`${sut.baseUrl}/generation/generate_image_v2/`, { method: 'POST', headers: auth() }),
+      },
       { what: 'GET /media preview (200)', send: get(`/media/${itemId}/preview.webp`) },
       { what: 'GET /media stock (200)', send: get(`/media/${itemId}/stock.jpg`) },
       { what: 'GET /media of nothing (404)', send: get(`/media/${randomUUID()}/preview.webp`) },
@@ -96,7 +108,14 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
       { what: 'GET /docs', send: get('/docs') },
       { what: 'GET /docs/swagger-ui-bundle.js', send: get('/docs/swagger-ui-bundle.js') },
       { what: 'GET /no/such/route (404)', send: get('/no/such/route') },
-      { what: 'OPTIONS preflight (no CORS: 404)', send: () => fetch(`${sut.baseUrl}/generation/tools`, { method: 'OPTIONS', headers: { Origin: 'https://app.example.com', 'Access-Control-Request-Method': 'GET' } }) },
+      {
+        what: 'OPTIONS preflight (no CORS: 404)',
+        send: () =>
+          fetch(`${sut.baseUrl}/generation/tools`, {
+            method: 'OPTIONS',
+            headers: { Origin: 'https://app.example.com', 'Access-Control-Request-Method': 'GET' },
+          }),
+      },
     ];
   }
 
@@ -114,7 +133,13 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
   });
 
   it('locks API and media responses down completely: nothing runs, loads or frames', async () => {
-    for (const path of ['/generation/tools', '/health/live', '/openapi.yaml', `/media/${itemId}/stock.jpg`, '/no/such/route']) {
+    for (const path of [
+      '/generation/tools',
+      '/health/live',
+      '/openapi.yaml',
+      `/media/${itemId}/stock.jpg`,
+      '/no/such/route',
+    ]) {
       const response = await fetch(`${sut.baseUrl}${path}`, { headers: auth() });
 
       const csp = parseCsp(response.headers.get('content-security-policy'));
@@ -172,7 +197,14 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
         expectHardened(loaded, `${page} asset ${asset}`);
       }
       // The contract is built into the init script: the page fetches nothing from another origin to show it.
-      const init = await (await fetch(new URL(assets.find((a) => a.endsWith('swagger-ui-init.js'))!, `${sut.baseUrl}${page}`))).text();
+      const init = await (
+        await fetch(
+          new URL(
+            assets.find((a) => a.endsWith('swagger-ui-init.js'))!,
+            `${sut.baseUrl}${page}`,
+          ),
+        )
+      ).text();
       expect(init).toContain('"title": "Image Generation Service API"');
     },
   );
@@ -212,7 +244,11 @@ describe('CORS for configured frontend origins', () => {
   function preflight(path: string, origin: string, method: string, requestHeaders: string): Promise<Response> {
     return fetch(`${sut.baseUrl}${path}`, {
       method: 'OPTIONS',
-      headers: { Origin: origin, 'Access-Control-Request-Method': method, 'Access-Control-Request-Headers': requestHeaders },
+      headers: {
+        Origin: origin,
+        'Access-Control-Request-Method': method,
+        'Access-Control-Request-Headers': requestHeaders,
+      },
     });
   }
 
@@ -223,23 +259,26 @@ describe('CORS for configured frontend origins', () => {
     ['POST', '/generation/generate_image_v2/', 'authorization,content-type,idempotency-key'],
     ['DELETE', '/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44', 'authorization'],
     ['GET', '/generation/tools', 'authorization'],
-  ])('answers a preflight for %s from an allowed origin with the methods and headers it may use', async (method, path, headers) => {
-    for (const origin of ALLOWED) {
-      const response = await preflight(path, origin, method, headers);
+  ])(
+    'answers a preflight for %s from an allowed origin with the methods and headers it may use',
+    async (method, path, headers) => {
+      for (const origin of ALLOWED) {
+        const response = await preflight(path, origin, method, headers);
 
-      expect(response.status).toBe(204);
-      expect(response.headers.get('access-control-allow-origin')).toBe(origin);
-      expect(list(response.headers.get('access-control-allow-methods'))).toEqual(
-        expect.arrayContaining(['get', 'post', 'patch', 'delete']),
-      );
-      expect(list(response.headers.get('access-control-allow-headers'))).toEqual(
-        expect.arrayContaining(['authorization', 'content-type', 'idempotency-key']),
-      );
-      expect(response.headers.get('access-control-allow-credentials')).toBeNull();
-      expect(list(response.headers.get('vary'))).toContain('origin');
-      expectHardened(response, `preflight ${method} ${path}`);
-    }
-  });
+        expect(response.status).toBe(204);
+        expect(response.headers.get('access-control-allow-origin')).toBe(origin);
+        expect(list(response.headers.get('access-control-allow-methods'))).toEqual(
+          expect.arrayContaining(['get', 'post', 'patch', 'delete']),
+        );
+        expect(list(response.headers.get('access-control-allow-headers'))).toEqual(
+          expect.arrayContaining(['authorization', 'content-type', 'idempotency-key']),
+        );
+        expect(response.headers.get('access-control-allow-credentials')).toBeNull();
+        expect(list(response.headers.get('vary'))).toContain('origin');
+        expectHardened(response, `preflight ${method} ${path}`);
+      }
+    },
+  );
 
   it('lets an allowed origin read the answer and the Location, Retry-After and X-Request-Id headers', async () => {
     for (const [path, headers, status] of [

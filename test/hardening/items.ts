@@ -17,10 +17,12 @@ export async function completeItems(
     const ids: string[] = [];
     for (const tool of tools) {
       const created = await postJob(apiBaseUrl, apiKey, await inputsFor(tool));
-      if (created.status !== 202) throw new Error(`creating a ${tool} job answered ${created.status}: ${await created.text()}`);
+      if (created.status !== 202)
+        throw new Error(`creating a ${tool} job answered ${created.status}: ${await created.text()}`);
       const { history_item_id: id } = (await created.json()) as { history_item_id: string };
       const item = await waitForFinal(apiBaseUrl, apiKey, id);
-      if (item.status !== 'complete') throw new Error(`the ${tool} job ended as ${item.status}: ${JSON.stringify(item.error)}`);
+      if (item.status !== 'complete')
+        throw new Error(`the ${tool} job ended as ${item.status}: ${JSON.stringify(item.error)}`);
       ids.push(id);
     }
     return ids;

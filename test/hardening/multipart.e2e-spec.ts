@@ -171,7 +171,13 @@ const CASES: HostileCase[] = [
     name: 'a Content-Length longer than the body, connection closed by the client',
     outcome: { kind: 'closed', answered: 'node-400-or-problem' },
     concurrency: 20,
-    send: { body: unterminated, contentLength: unterminated.length + 1000, then: 'half-close', until: 'close', waitMs: 5000 },
+    send: {
+      body: unterminated,
+      contentLength: unterminated.length + 1000,
+      then: 'half-close',
+      until: 'close',
+      waitMs: 5000,
+    },
   },
   {
     name: `a body trickled over ${TRICKLE_MS / 1000} s (slowloris)`,
@@ -197,7 +203,9 @@ const COLLECT_GARBAGE = `
 async function rssAfterGc(service: RunningService): Promise<number> {
   const inspector = /ws:\/\/127\.0\.0\.1:\d+\/[\w-]+/.exec(service.output())?.[0];
   if (!inspector) throw new Error(`the service printed no inspector URL:\n${service.output()}`);
-  const client = spawn(process.execPath, ['--experimental-websocket', '-e', COLLECT_GARBAGE, inspector], { stdio: 'ignore' });
+  const client = spawn(process.execPath, ['--experimental-websocket', '-e', COLLECT_GARBAGE, inspector], {
+    stdio: 'ignore',
+  });
   const [code] = (await once(client, 'exit')) as [number | null];
   if (code !== 0) throw new Error(`collecting garbage through ${inspector} failed (exit ${code})`);
   const pid = service.process.pid!;
@@ -260,7 +268,8 @@ describe('hostile multipart bodies on job creation', () => {
     for (const response of exchange.responses) {
       expect(response.status).toBe(400);
       // Node's own answer to a broken request has no body; the service's is a documented problem.
-      if (response.headers.get('content-type')) await expectMatchesContract(asFetchResponse(response), 'POST', CREATE_PATH);
+      if (response.headers.get('content-type'))
+        await expectMatchesContract(asFetchResponse(response), 'POST', CREATE_PATH);
     }
     return `closed by the server after ${exchange.responses.map((r) => r.status).join(', ') || 'no answer'}`;
   }
@@ -305,16 +314,20 @@ describe('hostile multipart bodies on job creation', () => {
     return statuses;
   }
 
-  it.each(CASES)(`$name, ${ITERATIONS} times`, async (hostile) => {
-    const attacking = attack(hostile, ITERATIONS);
-    const liveness = await livenessDuring(attacking);
-    const seen = await attacking;
+  it.each(CASES)(
+    `$name, ${ITERATIONS} times`,
+    async (hostile) => {
+      const attacking = attack(hostile, ITERATIONS);
+      const liveness = await livenessDuring(attacking);
+      const seen = await attacking;
 
-    process.stdout.write(`${hostile.name}: ${JSON.stringify(seen)}\n`);
-    expect(new Set(liveness)).toEqual(new Set([200]));
-    expect((await fetch(`${sut.baseUrl}/health/live`)).status).toBe(200);
-    await expectNoTemporaryFiles();
-  }, 60_000);
+      process.stdout.write(`${hostile.name}: ${JSON.stringify(seen)}\n`);
+      expect(new Set(liveness)).toEqual(new Set([200]));
+      expect((await fetch(`${sut.baseUrl}/health/live`)).status).toBe(200);
+      await expectNoTemporaryFiles();
+    },
+    60_000,
+  );
 
   it('is still up, serving, without temporary files, and its memory stayed flat', async () => {
     expect(sut.process.exitCode).toBeNull();
@@ -325,7 +338,9 @@ describe('hostile multipart bodies on job creation', () => {
 
     const finalRss = await rssAfterGc(sut);
 
-    process.stdout.write(`RSS after warm-up ${(warmRss / MIB).toFixed(1)} MiB, at the end ${(finalRss / MIB).toFixed(1)} MiB\n`);
+    process.stdout.write(
+      `RSS after warm-up ${(warmRss / MIB).toFixed(1)} MiB, at the end ${(finalRss / MIB).toFixed(1)} MiB\n`,
+    );
     expect(finalRss - warmRss).toBeLessThanOrEqual(Math.max(warmRss * RSS_GROWTH_FRACTION, RSS_GROWTH_BYTES));
   });
 });

@@ -80,12 +80,29 @@ function corpus(items: Items): Case[] {
     { name: 'tools without a key', method: 'GET', path: '/generation/tools', status: 401, key: 'none' },
     { name: 'tools with a wrong key', method: 'GET', path: '/generation/tools', status: 401, key: 'wrong' },
     { name: 'types of a tool', method: 'GET', path: '/generation/generationTypes?tool=fashion_swap_half', status: 200 },
-    { name: 'types of a tool with a text input', method: 'GET', path: '/generation/generationTypes?tool=default', status: 200 },
+    {
+      name: 'types of a tool with a text input',
+      method: 'GET',
+      path: '/generation/generationTypes?tool=default',
+      status: 200,
+    },
     { name: 'types without a tool', method: 'GET', path: '/generation/generationTypes', status: 400 },
     { name: 'types of an empty tool', method: 'GET', path: '/generation/generationTypes?tool=', status: 400 },
     { name: 'types of an unknown tool', method: 'GET', path: '/generation/generationTypes?tool=hat_swap', status: 404 },
-    { name: 'types without a key', method: 'GET', path: '/generation/generationTypes?tool=default', status: 401, key: 'none' },
-    { name: 'job creation without a key', method: 'POST', path: '/generation/generate_image_v2/', status: 401, key: 'none' },
+    {
+      name: 'types without a key',
+      method: 'GET',
+      path: '/generation/generationTypes?tool=default',
+      status: 401,
+      key: 'none',
+    },
+    {
+      name: 'job creation without a key',
+      method: 'POST',
+      path: '/generation/generate_image_v2/',
+      status: 401,
+      key: 'none',
+    },
     {
       name: 'job creation as JSON',
       method: 'POST',
@@ -94,25 +111,53 @@ function corpus(items: Items): Case[] {
       body: { contentType: 'application/json', text: '{"tool":"default"}' },
     },
     { name: 'history', method: 'GET', path: '/user/generation-history', status: 200 },
-    { name: 'history, filtered', method: 'GET', path: '/user/generation-history?status=complete&generation_type=product_card&limit=10', status: 200 },
+    {
+      name: 'history, filtered',
+      method: 'GET',
+      path: '/user/generation-history?status=complete&generation_type=product_card&limit=10',
+      status: 200,
+    },
     { name: 'history past the end', method: 'GET', path: '/user/generation-history?page=999', status: 200 },
     { name: 'history with limit 0', method: 'GET', path: '/user/generation-history?limit=0', status: 400 },
     { name: 'history with limit 101', method: 'GET', path: '/user/generation-history?limit=101', status: 400 },
-    { name: 'history with an unknown status', method: 'GET', path: '/user/generation-history?status=done', status: 400 },
+    {
+      name: 'history with an unknown status',
+      method: 'GET',
+      path: '/user/generation-history?status=done',
+      status: 400,
+    },
     { name: 'history with page=abc', method: 'GET', path: '/user/generation-history?page=abc', status: 400 },
     { name: 'history without a key', method: 'GET', path: '/user/generation-history', status: 401, key: 'none' },
     { name: 'history with a wrong key', method: 'GET', path: '/user/generation-history', status: 401, key: 'wrong' },
     { name: 'a complete item', method: 'GET', path: `/user/generation-history/${complete}`, status: 200 },
     { name: 'a pending item', method: 'GET', path: `/user/generation-history/${pending}`, status: 200 },
     { name: 'a missing item', method: 'GET', path: `/user/generation-history/${missing}`, status: 404 },
-    { name: "another user's item", method: 'GET', path: `/user/generation-history/${complete}`, status: 404, key: 'other' },
+    {
+      name: "another user's item",
+      method: 'GET',
+      path: `/user/generation-history/${complete}`,
+      status: 404,
+      key: 'other',
+    },
     { name: 'an item id that is no UUID', method: 'GET', path: '/user/generation-history/not-a-uuid', status: 400 },
-    { name: 'an item without a key', method: 'GET', path: `/user/generation-history/${complete}`, status: 401, key: 'none' },
+    {
+      name: 'an item without a key',
+      method: 'GET',
+      path: `/user/generation-history/${complete}`,
+      status: 401,
+      key: 'none',
+    },
     { name: 'like', method: 'PATCH', path: feedback(complete), status: 200, json: { like: true } },
     { name: 'dislike', method: 'PATCH', path: feedback(complete), status: 200, json: { like: false } },
     { name: 'clear the feedback', method: 'PATCH', path: feedback(complete), status: 200, json: { like: null } },
     { name: 'feedback of a wrong type', method: 'PATCH', path: feedback(complete), status: 400, json: { like: 'yes' } },
-    { name: 'feedback with another field', method: 'PATCH', path: feedback(complete), status: 400, json: { like: true, stars: 5 } },
+    {
+      name: 'feedback with another field',
+      method: 'PATCH',
+      path: feedback(complete),
+      status: 400,
+      json: { like: true, stars: 5 },
+    },
     { name: 'empty feedback', method: 'PATCH', path: feedback(complete), status: 400, json: {} },
     {
       name: 'feedback that is broken JSON',
@@ -137,18 +182,80 @@ function corpus(items: Items): Case[] {
     },
     { name: 'feedback on a pending item', method: 'PATCH', path: feedback(pending), status: 409, json: { like: true } },
     { name: 'feedback on a missing item', method: 'PATCH', path: feedback(missing), status: 404, json: { like: true } },
-    { name: "feedback on another user's item", method: 'PATCH', path: feedback(complete), status: 404, json: { like: true }, key: 'other' },
-    { name: 'feedback on an id that is no UUID', method: 'PATCH', path: feedback('not-a-uuid'), status: 400, json: { like: true } },
-    { name: 'feedback without a key', method: 'PATCH', path: feedback(complete), status: 401, json: { like: true }, key: 'none' },
-    { name: 'feedback with a wrong key', method: 'PATCH', path: feedback(complete), status: 401, json: { like: true }, key: 'wrong' },
+    {
+      name: "feedback on another user's item",
+      method: 'PATCH',
+      path: feedback(complete),
+      status: 404,
+      json: { like: true },
+      key: 'other',
+    },
+    {
+      name: 'feedback on an id that is no UUID',
+      method: 'PATCH',
+      path: feedback('not-a-uuid'),
+      status: 400,
+      json: { like: true },
+    },
+    {
+      name: 'feedback without a key',
+      method: 'PATCH',
+      path: feedback(complete),
+      status: 401,
+      json: { like: true },
+      key: 'none',
+    },
+    {
+      name: 'feedback with a wrong key',
+      method: 'PATCH',
+      path: feedback(complete),
+      status: 401,
+      json: { like: true },
+      key: 'wrong',
+    },
     { name: 'the preview', method: 'GET', path: `/media/${complete}/preview.webp`, status: 200, key: 'none' },
     { name: 'the stock image', method: 'GET', path: `/media/${complete}/stock.jpg`, status: 200, key: 'none' },
-    { name: 'media of a missing item', method: 'GET', path: `/media/${missing}/preview.webp`, status: 404, key: 'none' },
-    { name: 'media that is no result file', method: 'GET', path: `/media/${complete}/input.png`, status: 404, key: 'none' },
-    { name: "deleting another user's item", method: 'DELETE', path: `/user/generation-history/${complete}`, status: 404, key: 'other' },
-    { name: 'deleting without a key', method: 'DELETE', path: `/user/generation-history/${deletable}`, status: 401, key: 'none' },
-    { name: 'deleting with a wrong key', method: 'DELETE', path: `/user/generation-history/${deletable}`, status: 401, key: 'wrong' },
-    { name: 'deleting an id that is no UUID', method: 'DELETE', path: '/user/generation-history/not-a-uuid', status: 400 },
+    {
+      name: 'media of a missing item',
+      method: 'GET',
+      path: `/media/${missing}/preview.webp`,
+      status: 404,
+      key: 'none',
+    },
+    {
+      name: 'media that is no result file',
+      method: 'GET',
+      path: `/media/${complete}/input.png`,
+      status: 404,
+      key: 'none',
+    },
+    {
+      name: "deleting another user's item",
+      method: 'DELETE',
+      path: `/user/generation-history/${complete}`,
+      status: 404,
+      key: 'other',
+    },
+    {
+      name: 'deleting without a key',
+      method: 'DELETE',
+      path: `/user/generation-history/${deletable}`,
+      status: 401,
+      key: 'none',
+    },
+    {
+      name: 'deleting with a wrong key',
+      method: 'DELETE',
+      path: `/user/generation-history/${deletable}`,
+      status: 401,
+      key: 'wrong',
+    },
+    {
+      name: 'deleting an id that is no UUID',
+      method: 'DELETE',
+      path: '/user/generation-history/not-a-uuid',
+      status: 400,
+    },
     { name: 'deleting an item', method: 'DELETE', path: `/user/generation-history/${deletable}`, status: 204 },
     { name: 'deleting it again', method: 'DELETE', path: `/user/generation-history/${deletable}`, status: 404 },
     { name: 'reading a deleted item', method: 'GET', path: `/user/generation-history/${deletable}`, status: 404 },
@@ -206,7 +313,8 @@ describe('the contract holds for live traffic through prism proxy', () => {
 
   async function check(prism: Prism, request: Case): Promise<Checked> {
     const key = request.key ?? 'user';
-    const headers: Record<string, string> = key === 'none' ? {} : { Authorization: `Bearer ${key === 'wrong' ? 'igs_wrong' : keys[key]}` };
+    const headers: Record<string, string> =
+      key === 'none' ? {} : { Authorization: `Bearer ${key === 'wrong' ? 'igs_wrong' : keys[key]}` };
     let body: string | undefined;
     if (request.json !== undefined) {
       headers['Content-Type'] = 'application/json';
@@ -237,34 +345,38 @@ describe('the contract holds for live traffic through prism proxy', () => {
   it.each([
     { mode: 'validating requests, as the issue runs it', run: 0 },
     { mode: 'not validating requests, so the service answers broken ones too', run: 1 },
-  ])('prism proxy $mode: no violation', async ({ mode, run }) => {
-    const prism = run === 0 ? validating! : permissive!;
-    const requests = corpus(items[run]);
-    const checked: Checked[] = [];
-    for (const request of requests) checked.push(await check(prism, request));
+  ])(
+    'prism proxy $mode: no violation',
+    async ({ mode, run }) => {
+      const prism = run === 0 ? validating! : permissive!;
+      const requests = corpus(items[run]);
+      const checked: Checked[] = [];
+      for (const request of requests) checked.push(await check(prism, request));
 
-    const count = (verdict: Verdict) => checked.filter((c) => c.verdict === verdict).length;
-    process.stdout.write(
-      `prism proxy ${mode}: ${checked.length} requests checked, ${count('answered by the service')} answered by ` +
-        `the service, ${count('refused by Prism')} refused by Prism itself, ${count('violation')} violations\n` +
-        checked
-          .filter((c) => c.verdict !== 'answered by the service')
-          .map((c) => `  ${c.verdict}: ${c.name} (${c.status})${c.verdict === 'violation' ? ` ${c.detail}` : ''}\n`)
-          .join(''),
-    );
-    expect(checked.filter((c) => c.verdict === 'violation')).toEqual([]);
-    for (const [index, result] of checked.entries()) {
-      if (result.verdict === 'refused by Prism') {
-        // Only requests that break the contract, which the service refuses as well (checked in the other run).
-        expect([result.name, requests[index].status >= 400]).toEqual([result.name, true]);
-      } else {
-        expect([result.name, result.status]).toEqual([result.name, requests[index].status]);
+      const count = (verdict: Verdict) => checked.filter((c) => c.verdict === verdict).length;
+      process.stdout.write(
+        `prism proxy ${mode}: ${checked.length} requests checked, ${count('answered by the service')} answered by ` +
+          `the service, ${count('refused by Prism')} refused by Prism itself, ${count('violation')} violations\n` +
+          checked
+            .filter((c) => c.verdict !== 'answered by the service')
+            .map((c) => `  ${c.verdict}: ${c.name} (${c.status})${c.verdict === 'violation' ? ` ${c.detail}` : ''}\n`)
+            .join(''),
+      );
+      expect(checked.filter((c) => c.verdict === 'violation')).toEqual([]);
+      for (const [index, result] of checked.entries()) {
+        if (result.verdict === 'refused by Prism') {
+          // Only requests that break the contract, which the service refuses as well (checked in the other run).
+          expect([result.name, requests[index].status >= 400]).toEqual([result.name, true]);
+        } else {
+          expect([result.name, result.status]).toEqual([result.name, requests[index].status]);
+        }
       }
-    }
-    if (prism === permissive) {
-      // Prism checks the security scheme even so: only requests without any key are left to it.
-      const refused = requests.filter((_request, index) => checked[index].verdict === 'refused by Prism');
-      expect(refused.filter((request) => request.key !== 'none').map((request) => request.name)).toEqual([]);
-    }
-  }, 60_000);
+      if (prism === permissive) {
+        // Prism checks the security scheme even so: only requests without any key are left to it.
+        const refused = requests.filter((_request, index) => checked[index].verdict === 'refused by Prism');
+        expect(refused.filter((request) => request.key !== 'none').map((request) => request.name)).toEqual([]);
+      }
+    },
+    60_000,
+  );
 });

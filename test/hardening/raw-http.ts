@@ -90,7 +90,11 @@ function parseResponses(data: Buffer, connectionClosed: boolean): RawResponse[] 
 
 /** The request line and headers of a request, ready to be followed by its body. */
 export function requestHead(method: string, path: string, headers: Record<string, string>): Buffer {
-  const lines = [`${method} ${path} HTTP/1.1`, 'Host: 127.0.0.1', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+  const lines = [
+    `${method} ${path} HTTP/1.1`,
+    'Host: 127.0.0.1',
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+  ];
   return Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
 }
 

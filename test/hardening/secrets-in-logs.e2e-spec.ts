@@ -10,7 +10,13 @@ const KEY_PARAMETERS = ['api_key', 'apikey', 'key', 'access_token', 'token', 'au
 /** Every form the service could leak a key in: the key, its secret part, its SHA-256 in the usual encodings. */
 function leakForms(key: string): string[] {
   const hash = createHash('sha256').update(key).digest();
-  return [key, key.slice(lookupPrefix(key).length), hash.toString('hex'), hash.toString('base64'), hash.toString('base64url')];
+  return [
+    key,
+    key.slice(lookupPrefix(key).length),
+    hash.toString('hex'),
+    hash.toString('base64'),
+    hash.toString('base64url'),
+  ];
 }
 
 describe('API keys outside the Authorization header, and in logs', () => {
@@ -70,7 +76,8 @@ describe('API keys outside the Authorization header, and in logs', () => {
 
   it('prints no key and no hash of one, whatever the request did with the key', async () => {
     const keys = [validKey, otherKey, unknownKey, forgedKey];
-    const send = (path: string, init: RequestInit = {}) => fetch(`${sut.baseUrl}${path}`, init).then((r) => r.arrayBuffer());
+    const send = (path: string, init: RequestInit = {}) =>
+      fetch(`${sut.baseUrl}${path}`, init).then((r) => r.arrayBuffer());
     for (const key of keys) {
       const bearer = { Authorization: `Bearer ${key}` };
       for (const path of paths()) {
@@ -95,16 +102,20 @@ describe('API keys outside the Authorization header, and in logs', () => {
         body: `{"like": "${key}`,
       });
       const fields: Record<string, FormValue> = { tool: key, [key]: key, api_key: key };
-      await postJob(sut.baseUrl, key, fields, { 'Idempotency-Key': key, ...freshAddress() }).then((r) => r.arrayBuffer());
+      await postJob(sut.baseUrl, key, fields, { 'Idempotency-Key': key, ...freshAddress() }).then((r) =>
+        r.arrayBuffer(),
+      );
     }
     // One address out of failures: the refusals (429) see keys too.
     const refused = freshAddress();
-    for (const key of [...keys, ...keys]) await send('/generation/tools', { headers: { Authorization: `Bearer ${key}`, ...refused } });
+    for (const key of [...keys, ...keys])
+      await send('/generation/tools', { headers: { Authorization: `Bearer ${key}`, ...refused } });
     const last = await fetch(`${sut.baseUrl}/generation/tools?api_key=${validKey}`, { headers: freshAddress() });
     await last.arrayBuffer();
     // The access log line of the last request names its id: once it is in, every line before it is too.
     const lastId = last.headers.get('x-request-id')!;
-    for (let i = 0; i < 200 && !sut.output().includes(lastId); i++) await new Promise((resolve) => setTimeout(resolve, 25));
+    for (let i = 0; i < 200 && !sut.output().includes(lastId); i++)
+      await new Promise((resolve) => setTimeout(resolve, 25));
 
     const lines = sut.output().split('\n');
     const forms = keys.flatMap(leakForms);

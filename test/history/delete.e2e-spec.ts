@@ -65,7 +65,8 @@ describe('DELETE /user/generation-history/{id}', () => {
       // What the delete is to take away is really there.
       for (const path of mediaPaths) {
         const media = await fetchMedia(sut.baseUrl, path);
-        if (media.status !== 200 || media.bytes === 0) throw new Error(`${path} answered ${media.status} before the delete`);
+        if (media.status !== 200 || media.bytes === 0)
+          throw new Error(`${path} answered ${media.status} before the delete`);
       }
       if (!(await filesUnder(mediaRoot, id))?.length) throw new Error('no media files before the delete');
 

@@ -87,7 +87,11 @@ describe('PATCH /user/generation-history/feedback/{id}', () => {
     it('accepts a charset on the JSON content type and an upper-case id', async () => {
       const id = await seed('complete');
 
-      const { status, body } = await owner.feedback(id.toUpperCase(), '{"like":false}', 'application/json; charset=utf-8');
+      const { status, body } = await owner.feedback(
+        id.toUpperCase(),
+        '{"like":false}',
+        'application/json; charset=utf-8',
+      );
 
       expect(status).toBe(200);
       expect(body.history_item_id).toBe(id);
@@ -96,17 +100,20 @@ describe('PATCH /user/generation-history/feedback/{id}', () => {
   });
 
   describe.each(['pending', 'error'] as const)('on an item that is %s', (state) => {
-    it.each([true, false, null])('answers like=%p with 409 not_complete and leaves the item as it was', async (like) => {
-      const id = await seed(state);
-      const before = await read(id);
+    it.each([true, false, null])(
+      'answers like=%p with 409 not_complete and leaves the item as it was',
+      async (like) => {
+        const id = await seed(state);
+        const before = await read(id);
 
-      const { status, contentType, body } = await owner.feedback(id, JSON.stringify({ like }));
+        const { status, contentType, body } = await owner.feedback(id, JSON.stringify({ like }));
 
-      expect(status).toBe(409);
-      expect(contentType).toBe('application/problem+json');
-      expect(body).toMatchObject({ status: 409, code: 'not_complete', type: 'urn:igs:problem:not_complete' });
-      expect(await read(id)).toEqual(before);
-    });
+        expect(status).toBe(409);
+        expect(contentType).toBe('application/problem+json');
+        expect(body).toMatchObject({ status: 409, code: 'not_complete', type: 'urn:igs:problem:not_complete' });
+        expect(await read(id)).toEqual(before);
+      },
+    );
   });
 
   describe('a body that is not exactly {"like": true | false | null}', () => {
@@ -187,17 +194,20 @@ describe('PATCH /user/generation-history/feedback/{id}', () => {
     expect(body).toMatchObject({ code: 'not_found' });
   });
 
-  it.each([true, false, null])('answers another user’s item with 404 for like=%p and leaves it unchanged', async (like) => {
-    const id = await seed('complete', like === true ? false : true);
-    const before = await read(id);
+  it.each([true, false, null])(
+    'answers another user’s item with 404 for like=%p and leaves it unchanged',
+    async (like) => {
+      const id = await seed('complete', like === true ? false : true);
+      const before = await read(id);
 
-    const { status, contentType, body } = await stranger.feedback(id, JSON.stringify({ like }));
+      const { status, contentType, body } = await stranger.feedback(id, JSON.stringify({ like }));
 
-    expect(status).toBe(404);
-    expect(contentType).toBe('application/problem+json');
-    expect(body).toMatchObject({ status: 404, code: 'not_found' });
-    expect(await read(id)).toEqual(before);
-  });
+      expect(status).toBe(404);
+      expect(contentType).toBe('application/problem+json');
+      expect(body).toMatchObject({ status: 404, code: 'not_found' });
+      expect(await read(id)).toEqual(before);
+    },
+  );
 
   it('answers another user’s pending item with 404, not 409', async () => {
     const id = await seed('pending');

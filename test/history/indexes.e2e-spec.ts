@@ -27,9 +27,19 @@ function flatten(node: PlanNode): PlanNode[] {
 }
 
 /** The filter combinations of the list and the index each one is to be answered from. */
-const FILTERS: { name: string; filter: Pick<HistoryQuery, 'status' | 'generationType'>; index: string; columns: string[] }[] = [
+const FILTERS: {
+  name: string;
+  filter: Pick<HistoryQuery, 'status' | 'generationType'>;
+  index: string;
+  columns: string[];
+}[] = [
   { name: 'no filter', filter: {}, index: 'history_items_user_created', columns: ['user_id'] },
-  { name: 'status', filter: { status: 'complete' }, index: 'history_items_user_status_created', columns: ['user_id', 'status'] },
+  {
+    name: 'status',
+    filter: { status: 'complete' },
+    index: 'history_items_user_status_created',
+    columns: ['user_id', 'status'],
+  },
   {
     name: 'generation_type',
     filter: { generationType: 'upper' },
@@ -137,30 +147,33 @@ describe('the indexes behind GET /user/generation-history', () => {
     it.each([
       [1, 0],
       [1000, 19_980],
-    ])('finds page %i (OFFSET %i) by walking the index backwards, without a Sort or a Seq Scan', async (page, offset) => {
-      const { page: statement } = historyListSql(heavyId, { page, limit: LIMIT, ...filter });
-      expect(statement.text).toMatch(/ORDER BY created_at DESC, id DESC\s+LIMIT \$\d+ OFFSET \$\d+/);
-      expect(statement.values.slice(-2)).toEqual([LIMIT, offset]);
+    ])(
+      'finds page %i (OFFSET %i) by walking the index backwards, without a Sort or a Seq Scan',
+      async (page, offset) => {
+        const { page: statement } = historyListSql(heavyId, { page, limit: LIMIT, ...filter });
+        expect(statement.text).toMatch(/ORDER BY created_at DESC, id DESC\s+LIMIT \$\d+ OFFSET \$\d+/);
+        expect(statement.values.slice(-2)).toEqual([LIMIT, offset]);
 
-      const nodes = await explain(statement);
+        const nodes = await explain(statement);
 
-      expect(nodes.filter((node) => node['Node Type'] === 'Seq Scan')).toEqual([]);
-      expect(nodes.filter((node) => /Sort/.test(node['Node Type']))).toEqual([]);
-      expect(nodes.filter((node) => node['Node Type'].startsWith('Bitmap'))).toEqual([]);
-      const scans = listIndexScans(nodes);
-      expect(scans).toHaveLength(1);
-      const [scan] = scans;
-      expect(['Index Scan', 'Index Only Scan']).toContain(scan['Node Type']);
-      expect(scan['Index Name']).toBe(index);
-      expect(scan['Scan Direction']).toBe('Backward');
-      // Every filter is a condition of the index, none is checked row by row afterwards.
-      for (const column of columns) expect(scan['Index Cond']).toContain(column);
-      expect(scan.Filter).toBeUndefined();
-      // The rest of the plan fetches the page's rows by primary key, nothing else.
-      for (const node of nodes.filter((n) => n['Relation Name'] === 'history_items' && n !== scan)) {
-        expect(node).toMatchObject({ 'Node Type': 'Index Scan', 'Index Name': 'PK_history_items' });
-      }
-    });
+        expect(nodes.filter((node) => node['Node Type'] === 'Seq Scan')).toEqual([]);
+        expect(nodes.filter((node) => /Sort/.test(node['Node Type']))).toEqual([]);
+        expect(nodes.filter((node) => node['Node Type'].startsWith('Bitmap'))).toEqual([]);
+        const scans = listIndexScans(nodes);
+        expect(scans).toHaveLength(1);
+        const [scan] = scans;
+        expect(['Index Scan', 'Index Only Scan']).toContain(scan['Node Type']);
+        expect(scan['Index Name']).toBe(index);
+        expect(scan['Scan Direction']).toBe('Backward');
+        // Every filter is a condition of the index, none is checked row by row afterwards.
+        for (const column of columns) expect(scan['Index Cond']).toContain(column);
+        expect(scan.Filter).toBeUndefined();
+        // The rest of the plan fetches the page's rows by primary key, nothing else.
+        for (const node of nodes.filter((n) => n['Relation Name'] === 'history_items' && n !== scan)) {
+          expect(node).toMatchObject({ 'Node Type': 'Index Scan', 'Index Name': 'PK_history_items' });
+        }
+      },
+    );
 
     it('answers the total from the per-user counts on their primary key, and it is exact', async () => {
       const { count } = historyListSql(heavyId, { page: 1, limit: LIMIT, ...filter });

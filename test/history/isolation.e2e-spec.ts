@@ -6,24 +6,25 @@ import { createUserWithKey, type RunningService, startService } from '../support
 import { Client, fetchMedia, type HistoryItemBody } from './history-support.js';
 
 /** Every route of the contract that names a user's history item, with a request that would change it. */
-const ID_ROUTES: Record<string, { method: string; pathTemplate: string; path: (id: string) => string; body?: string }> = {
-  'GET /user/generation-history/{id}': {
-    method: 'GET',
-    pathTemplate: '/user/generation-history/{id}',
-    path: (id) => `/user/generation-history/${id}`,
-  },
-  'PATCH /user/generation-history/feedback/{id}': {
-    method: 'PATCH',
-    pathTemplate: '/user/generation-history/feedback/{id}',
-    path: (id) => `/user/generation-history/feedback/${id}`,
-    body: '{"like": false}',
-  },
-  'DELETE /user/generation-history/{id}': {
-    method: 'DELETE',
-    pathTemplate: '/user/generation-history/{id}',
-    path: (id) => `/user/generation-history/${id}`,
-  },
-};
+const ID_ROUTES: Record<string, { method: string; pathTemplate: string; path: (id: string) => string; body?: string }> =
+  {
+    'GET /user/generation-history/{id}': {
+      method: 'GET',
+      pathTemplate: '/user/generation-history/{id}',
+      path: (id) => `/user/generation-history/${id}`,
+    },
+    'PATCH /user/generation-history/feedback/{id}': {
+      method: 'PATCH',
+      pathTemplate: '/user/generation-history/feedback/{id}',
+      path: (id) => `/user/generation-history/feedback/${id}`,
+      body: '{"like": false}',
+    },
+    'DELETE /user/generation-history/{id}': {
+      method: 'DELETE',
+      pathTemplate: '/user/generation-history/{id}',
+      path: (id) => `/user/generation-history/${id}`,
+    },
+  };
 
 describe('one user’s history items, seen by another user', () => {
   let env: TestEnvironment;

@@ -208,8 +208,16 @@ describe('GET /user/generation-history', () => {
           generationType: 'enhance',
           createdAt: SAME_TIME,
         })),
-        ...[1, 2, 3, 4].map((i) => ({ status: 'complete' as const, generationType: 'upper', createdAt: minutesAfterBase(600 + i) })),
-        ...[1, 2, 3, 4].map((i) => ({ status: 'complete' as const, generationType: 'upper', createdAt: minutesAfterBase(600 - i) })),
+        ...[1, 2, 3, 4].map((i) => ({
+          status: 'complete' as const,
+          generationType: 'upper',
+          createdAt: minutesAfterBase(600 + i),
+        })),
+        ...[1, 2, 3, 4].map((i) => ({
+          status: 'complete' as const,
+          generationType: 'upper',
+          createdAt: minutesAfterBase(600 - i),
+        })),
       ];
       const seeded = await userWith(items);
       client = seeded.client;
@@ -314,7 +322,12 @@ describe('GET /user/generation-history', () => {
 
       const { body } = await client.list('status=complete&limit=2&page=2');
 
-      expect(body).toMatchObject({ page: 2, limit: 2, total: matching.length, total_pages: Math.ceil(matching.length / 2) });
+      expect(body).toMatchObject({
+        page: 2,
+        limit: 2,
+        total: matching.length,
+        total_pages: Math.ceil(matching.length / 2),
+      });
       expect(idsOf(body)).toEqual(ids(matching.slice(2, 4)));
     });
 
@@ -334,21 +347,18 @@ describe('GET /user/generation-history', () => {
       'generation_type=lower&limit=100',
       'status=error&generation_type=enhance&limit=100',
       'limit=3&page=2',
-    ])(
-      'never shows another user’s items (%s)',
-      async (query) => {
-        const myIds = new Set(ids(mine));
-        const theirIds = new Set(ids(theirs));
+    ])('never shows another user’s items (%s)', async (query) => {
+      const myIds = new Set(ids(mine));
+      const theirIds = new Set(ids(theirs));
 
-        const { body } = await client.list(query);
+      const { body } = await client.list(query);
 
-        expect(body.items.length).toBeGreaterThan(0);
-        for (const id of idsOf(body)) {
-          expect(myIds.has(id)).toBe(true);
-          expect(theirIds.has(id)).toBe(false);
-        }
-      },
-    );
+      expect(body.items.length).toBeGreaterThan(0);
+      for (const id of idsOf(body)) {
+        expect(myIds.has(id)).toBe(true);
+        expect(theirIds.has(id)).toBe(false);
+      }
+    });
 
     it('counts only the caller’s items', async () => {
       const { body } = await client.list('limit=100');

@@ -8,7 +8,10 @@ const CONTRACT_FILE = new URL('../../openapi/openapi.yaml', import.meta.url).pat
 const STARTUP_TIMEOUT_MS = 60_000;
 
 type Contract = {
-  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { example?: unknown }> }> }>>;
+  paths: Record<
+    string,
+    Record<string, { responses: Record<string, { content?: Record<string, { example?: unknown }> }> }>
+  >;
 };
 
 /** The example the contract documents for an operation's 200 JSON answer. */

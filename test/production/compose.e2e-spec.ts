@@ -120,7 +120,9 @@ describe('docker/Dockerfile', () => {
   });
 
   it('limits the heap as `npm run start:prod` does', () => {
-    const scripts = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
+    const scripts = (
+      JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+    ).scripts;
     const flags = scripts['start:prod'].split(/\s+/).filter((arg) => arg.startsWith('--'));
 
     expect(flags).toEqual([expect.stringMatching(/^--max-old-space-size=\d+$/)]);
@@ -186,41 +188,37 @@ describe("the image's start command with the compose environment", () => {
     return runToExit(healthcheckCommand(), { PORT: port }, 10_000);
   }
 
-  it(
-    'migrates and exits, then API and worker run a job, report health and metrics, and stop cleanly',
-    async () => {
-      const migrated = await runToExit(imageCommand(), await environmentOf('migrate'));
-      expect(migrated).toMatchObject({ code: 0 });
-      expect(migrated.output).toContain('The database schema is up to date');
+  it('migrates and exits, then API and worker run a job, report health and metrics, and stop cleanly', async () => {
+    const migrated = await runToExit(imageCommand(), await environmentOf('migrate'));
+    expect(migrated).toMatchObject({ code: 0 });
+    expect(migrated.output).toContain('The database schema is up to date');
 
-      const apiEnv = await environmentOf('api');
-      api = await startService(apiEnv);
-      const apiKey = await createUserWithKey(env.databaseUrl);
-      const response = await postJob(api.baseUrl, apiKey, await inputsFor('fashion_card'));
-      expect(response.status).toBe(202);
-      const { history_item_id: id } = (await response.json()) as JobAcceptedBody;
+    const apiEnv = await environmentOf('api');
+    api = await startService(apiEnv);
+    const apiKey = await createUserWithKey(env.databaseUrl);
+    const response = await postJob(api.baseUrl, apiKey, await inputsFor('fashion_card'));
+    expect(response.status).toBe(202);
+    const { history_item_id: id } = (await response.json()) as JobAcceptedBody;
 
-      // No worker yet: the job waits in the queue, as the API's metrics show.
-      const apiMetrics = `http://127.0.0.1:${apiEnv.METRICS_PORT}/metrics`;
-      expect(valueOf(await scrape(apiMetrics), 'igs_queue_jobs', { state: 'waiting' })).toBe(1);
+    // No worker yet: the job waits in the queue, as the API's metrics show.
+    const apiMetrics = `http://127.0.0.1:${apiEnv.METRICS_PORT}/metrics`;
+    expect(valueOf(await scrape(apiMetrics), 'igs_queue_jobs', { state: 'waiting' })).toBe(1);
 
-      const workerEnv = await environmentOf('worker');
-      worker = await startService(workerEnv);
-      const item = await waitForFinal(api.baseUrl, apiKey, id, 45_000);
-      expect(item.status).toBe('complete');
-      expect(await s3.keys(`media/${id}/`)).toHaveLength(2);
+    const workerEnv = await environmentOf('worker');
+    worker = await startService(workerEnv);
+    const item = await waitForFinal(api.baseUrl, apiKey, id, 45_000);
+    expect(item.status).toBe('complete');
+    expect(await s3.keys(`media/${id}/`)).toHaveLength(2);
 
-      expect(await healthcheck(apiEnv.PORT)).toMatchObject({ code: 0 });
-      expect(await healthcheck(workerEnv.PORT)).toMatchObject({ code: 0 });
-      const workerMetrics = await scrape(`http://127.0.0.1:${workerEnv.METRICS_PORT}/metrics`);
-      expect(valueOf(workerMetrics, 'igs_jobs_total', { tool: 'fashion_card', outcome: 'complete' })).toBe(1);
-      expect(valueOf(await scrape(apiMetrics), 'igs_queue_jobs', { state: 'waiting' })).toBe(0);
+    expect(await healthcheck(apiEnv.PORT)).toMatchObject({ code: 0 });
+    expect(await healthcheck(workerEnv.PORT)).toMatchObject({ code: 0 });
+    const workerMetrics = await scrape(`http://127.0.0.1:${workerEnv.METRICS_PORT}/metrics`);
+    expect(valueOf(workerMetrics, 'igs_jobs_total', { tool: 'fashion_card', outcome: 'complete' })).toBe(1);
+    expect(valueOf(await scrape(apiMetrics), 'igs_queue_jobs', { state: 'waiting' })).toBe(0);
 
-      // STOPSIGNAL SIGTERM: both drain and exit 0, and the health check then fails.
-      expect(await worker.stop('SIGTERM')).toBe(0);
-      expect(await api.stop('SIGTERM')).toBe(0);
-      expect((await healthcheck(apiEnv.PORT)).code).not.toBe(0);
-    },
-    120_000,
-  );
+    // STOPSIGNAL SIGTERM: both drain and exit 0, and the health check then fails.
+    expect(await worker.stop('SIGTERM')).toBe(0);
+    expect(await api.stop('SIGTERM')).toBe(0);
+    expect((await healthcheck(apiEnv.PORT)).code).not.toBe(0);
+  }, 120_000);
 });

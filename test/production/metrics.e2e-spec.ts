@@ -51,48 +51,42 @@ describe('metrics on METRICS_PORT', () => {
     const route = { method: 'GET', route: '/user/generation-history/:id' };
     const before = await scrape(metricsUrl);
 
-    for (let i = 0; i < 3; i++) await fetch(`${sut.baseUrl}/user/generation-history/${randomUUID()}`, { headers: bearer(apiKey) });
+    for (let i = 0; i < 3; i++)
+      await fetch(`${sut.baseUrl}/user/generation-history/${randomUUID()}`, { headers: bearer(apiKey) });
     await fetch(`${sut.baseUrl}/user/generation-history/${randomUUID()}`);
     await fetch(`${sut.baseUrl}/generation/tools`, { headers: bearer(apiKey) });
     await fetch(`${sut.baseUrl}/no/such/${randomUUID()}`);
 
     const after = await scrape(metricsUrl);
-    const increase = (labels: Record<string, string>) => valueOf(after, HTTP_COUNT, labels) - valueOf(before, HTTP_COUNT, labels);
+    const increase = (labels: Record<string, string>) =>
+      valueOf(after, HTTP_COUNT, labels) - valueOf(before, HTTP_COUNT, labels);
     expect(increase({ ...route, status_code: '404' })).toBe(3);
     expect(increase({ ...route, status_code: '401' })).toBe(1);
     expect(increase({ method: 'GET', route: '/generation/tools', status_code: '200' })).toBe(1);
     expect(increase({ method: 'GET', route: 'unmatched', status_code: '404' })).toBe(1);
   });
 
-  it(
-    'counts a completed job by tool and outcome, with its durations and queue wait',
-    async () => {
-      const id = await createJob('default');
-      expect((await waitForFinal(sut.baseUrl, apiKey, id)).status).toBe('complete');
+  it('counts a completed job by tool and outcome, with its durations and queue wait', async () => {
+    const id = await createJob('default');
+    expect((await waitForFinal(sut.baseUrl, apiKey, id)).status).toBe('complete');
 
-      const samples = await scrape(metricsUrl);
-      expect(valueOf(samples, 'igs_jobs_total', { tool: 'default', outcome: 'complete' })).toBe(1);
-      expect(valueOf(samples, 'igs_job_duration_seconds_count', { tool: 'default', result: 'complete' })).toBe(1);
-      expect(valueOf(samples, 'igs_job_queue_wait_seconds_count', { tool: 'default' })).toBe(1);
-      expect(valueOf(samples, 'igs_engine_duration_seconds_count', { tool: 'default', engine: 'local' })).toBe(1);
-    },
-    60_000,
-  );
+    const samples = await scrape(metricsUrl);
+    expect(valueOf(samples, 'igs_jobs_total', { tool: 'default', outcome: 'complete' })).toBe(1);
+    expect(valueOf(samples, 'igs_job_duration_seconds_count', { tool: 'default', result: 'complete' })).toBe(1);
+    expect(valueOf(samples, 'igs_job_queue_wait_seconds_count', { tool: 'default' })).toBe(1);
+    expect(valueOf(samples, 'igs_engine_duration_seconds_count', { tool: 'default', engine: 'local' })).toBe(1);
+  }, 60_000);
 
-  it(
-    'counts a failed job under the error code it ended with',
-    async () => {
-      const id = await createJob('fabric');
-      expect((await waitForFinal(sut.baseUrl, apiKey, id)).error?.code).toBe('engine_failed');
+  it('counts a failed job under the error code it ended with', async () => {
+    const id = await createJob('fabric');
+    expect((await waitForFinal(sut.baseUrl, apiKey, id)).error?.code).toBe('engine_failed');
 
-      const samples = await scrape(metricsUrl);
-      expect(valueOf(samples, 'igs_jobs_total', { tool: 'fabric', outcome: 'engine_failed' })).toBe(1);
-      expect(valueOf(samples, 'igs_jobs_total', { tool: 'fabric', outcome: 'complete' })).toBe(0);
-      expect(valueOf(samples, 'igs_job_duration_seconds_count', { tool: 'fabric', result: 'failed' })).toBe(1);
-      expect(valueOf(samples, 'igs_engine_duration_seconds_count', { tool: 'fabric', engine: 'cog' })).toBe(1);
-    },
-    60_000,
-  );
+    const samples = await scrape(metricsUrl);
+    expect(valueOf(samples, 'igs_jobs_total', { tool: 'fabric', outcome: 'engine_failed' })).toBe(1);
+    expect(valueOf(samples, 'igs_jobs_total', { tool: 'fabric', outcome: 'complete' })).toBe(0);
+    expect(valueOf(samples, 'igs_job_duration_seconds_count', { tool: 'fabric', result: 'failed' })).toBe(1);
+    expect(valueOf(samples, 'igs_engine_duration_seconds_count', { tool: 'fabric', engine: 'cog' })).toBe(1);
+  }, 60_000);
 
   it('reports the queue depth by state, read from Redis', async () => {
     const samples = await scrape(metricsUrl);

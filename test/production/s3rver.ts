@@ -29,7 +29,19 @@ export async function startS3Server(bucket = 'igs-test'): Promise<S3Server> {
   // provider: the server runs as its own process with that provider, the tests' process stays as it is.
   const child: ChildProcess = spawn(
     process.execPath,
-    ['--openssl-legacy-provider', S3RVER_BIN, '-d', directory, '-a', '127.0.0.1', '-p', '0', '--silent', '--configure-bucket', bucket],
+    [
+      '--openssl-legacy-provider',
+      S3RVER_BIN,
+      '-d',
+      directory,
+      '-a',
+      '127.0.0.1',
+      '-p',
+      '0',
+      '--silent',
+      '--configure-bucket',
+      bucket,
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   const exited = once(child, 'exit');
@@ -79,7 +91,9 @@ export async function startS3Server(bucket = 'igs-test'): Promise<S3Server> {
       const keys: string[] = [];
       let token: string | undefined;
       do {
-        const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }));
+        const page = await client.send(
+          new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }),
+        );
         keys.push(...(page.Contents ?? []).map((object) => object.Key!));
         token = page.IsTruncated ? page.NextContinuationToken : undefined;
       } while (token);

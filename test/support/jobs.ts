@@ -43,7 +43,12 @@ export function postJob(
   const form = new FormData();
   for (const [name, value] of Object.entries(fields)) {
     if (typeof value === 'string') form.append(name, value);
-    else form.append(name, new Blob([value.data], { type: value.contentType ?? 'application/octet-stream' }), value.filename ?? `${name}.bin`);
+    else
+      form.append(
+        name,
+        new Blob([value.data], { type: value.contentType ?? 'application/octet-stream' }),
+        value.filename ?? `${name}.bin`,
+      );
   }
   return fetch(`${baseUrl}${path}`, {
     method: 'POST',

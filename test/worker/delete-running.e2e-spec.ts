@@ -73,7 +73,7 @@ describe('deleting an item while its job runs', () => {
     };
   }
 
-  it('throws the running job\'s result away: no media file ever appears and the item stays gone', async () => {
+  it("throws the running job's result away: no media file ever appears and the item stays gone", async () => {
     const clothes = await uniqueImage();
     const id = await submit(api.baseUrl, key, clothes);
     await fake.waitFor((f) => f.requestsFor(clothes).length === 1, 'the worker to call the engine');

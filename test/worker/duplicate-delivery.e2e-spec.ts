@@ -36,12 +36,10 @@ describe('a job delivered more than once', () => {
   const delays = new Map<string, (attempt: number) => number>();
 
   beforeAll(async () => {
-    world = await WorkerWorld.create(
-      (request): FakeCogAnswer => ({
-        kind: 'succeed',
-        delayMs: delays.get(Object.values(request.images)[0])?.(request.attempt) ?? 100,
-      }),
-    );
+    world = await WorkerWorld.create((request): FakeCogAnswer => ({
+      kind: 'succeed',
+      delayMs: delays.get(Object.values(request.images)[0])?.(request.attempt) ?? 100,
+    }));
     ({ env, processes, fake, queue } = world);
     const worker = { ...cogEngine(fake), WORKER_CONCURRENCY: '3' };
     // Two workers on one queue, as in a deployment with replicas.

@@ -38,7 +38,13 @@ const digest = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex
 /** 11 megapixels: a job that runs for a good part of a second. */
 const largeClothes = () =>
   sharp({ create: { width: 3000, height: 3750, channels: 3, background: '#f4f4f4' } })
-    .composite([{ input: Buffer.from('<svg width="3000" height="3750"><rect x="700" y="600" width="1600" height="2500" fill="#2a5d9f"/></svg>') }])
+    .composite([
+      {
+        input: Buffer.from(
+          '<svg width="3000" height="3750"><rect x="700" y="600" width="1600" height="2500" fill="#2a5d9f"/></svg>',
+        ),
+      },
+    ])
     .jpeg()
     .toBuffer();
 
@@ -47,7 +53,13 @@ beforeAll(async () => {
   errors = (await dist('worker/engines/engine.js')) as EngineErrors;
   renderer = (await dist('worker/renderer.js')) as Renderer;
   clothes = await sharp({ create: { width: 400, height: 500, channels: 3, background: '#f4f4f4' } })
-    .composite([{ input: Buffer.from('<svg width="400" height="500"><rect x="90" y="80" width="220" height="340" fill="#2a5d9f"/></svg>') }])
+    .composite([
+      {
+        input: Buffer.from(
+          '<svg width="400" height="500"><rect x="90" y="80" width="220" height="340" fill="#2a5d9f"/></svg>',
+        ),
+      },
+    ])
     .jpeg()
     .toBuffer();
   sut = new engines.ThreadedLocalEngine(2, LIMIT);
@@ -58,7 +70,10 @@ afterAll(async () => {
 });
 
 it("renders the very files of the in-process engine's result, for jobs run side by side", async () => {
-  const expected = await renderer.renderOutputs(await new engines.LocalEngine({ limitInputPixels: LIMIT }).generate(card()), LIMIT);
+  const expected = await renderer.renderOutputs(
+    await new engines.LocalEngine({ limitInputPixels: LIMIT }).generate(card()),
+    LIMIT,
+  );
 
   const results = await Promise.all([1, 2, 3, 4].map(() => sut.generate(card())));
 
@@ -75,7 +90,9 @@ it("renders the very files of the in-process engine's result, for jobs run side 
 }, 60_000);
 
 it('fails an input that does not decode as a PermanentEngineError invalid_image', async () => {
-  const failure = await sut.generate(card({ clothes: Buffer.from('not an image at all') })).catch((error: unknown) => error);
+  const failure = await sut
+    .generate(card({ clothes: Buffer.from('not an image at all') }))
+    .catch((error: unknown) => error);
 
   expect(failure).toBeInstanceOf(errors.PermanentEngineError);
   expect(failure).toMatchObject({ code: 'invalid_image' });

@@ -45,9 +45,10 @@ describe('the reconciler', () => {
   const delays = new Map<string, number>();
 
   beforeAll(async () => {
-    world = await WorkerWorld.create(
-      (request): FakeCogAnswer => ({ kind: 'succeed', delayMs: delays.get(Object.values(request.images)[0]) ?? 0 }),
-    );
+    world = await WorkerWorld.create((request): FakeCogAnswer => ({
+      kind: 'succeed',
+      delayMs: delays.get(Object.values(request.images)[0]) ?? 0,
+    }));
     ({ env, processes, fake, queue } = world);
     const settings = { ...cogEngine(fake), JOB_DEADLINE_MS: String(DEADLINE_MS) };
     [api] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);

@@ -173,7 +173,10 @@ describe('Redis unreachable from the API', () => {
       headers: { Authorization: `Bearer ${key}`, 'Content-Type': encoded.headers.get('content-type')! },
     } as RequestInit);
     // Redis goes away once the upload is being stored.
-    await waitUntil(async () => (await listDir(env.serviceEnv.UPLOAD_TMP_DIR)).length > 0, 'the upload to be on its way');
+    await waitUntil(
+      async () => (await listDir(env.serviceEnv.UPLOAD_TMP_DIR)).length > 0,
+      'the upload to be on its way',
+    );
     await proxy.cut();
     const started = performance.now();
     finish();

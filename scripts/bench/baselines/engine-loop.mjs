@@ -41,5 +41,7 @@ const started = performance.now();
 await run(JOBS);
 const ms = performance.now() - started;
 const cpu = process.cpuUsage(cpuBefore);
-console.log(JSON.stringify({ ms, jobsPerSecond: JOBS / (ms / 1000), cpuMsPerJob: (cpu.user + cpu.system) / 1000 / JOBS }));
+console.log(
+  JSON.stringify({ ms, jobsPerSecond: JOBS / (ms / 1000), cpuMsPerJob: (cpu.user + cpu.system) / 1000 / JOBS }),
+);
 process.exit(0);

@@ -59,6 +59,6 @@ const server = http.createServer(async (req, res) => {
   }
 });
 server.keepAliveTimeout = 65_000;
-process.on("SIGTERM", () => server.closeAllConnections());
+process.on('SIGTERM', () => server.closeAllConnections());
 server.listen(Number(process.env.PORT), process.env.HOST ?? '127.0.0.1');
 process.on('SIGTERM', () => server.close(() => pool.end().then(() => process.exit(0))));

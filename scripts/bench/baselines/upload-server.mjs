@@ -76,12 +76,14 @@ const server = http.createServer(async (req, res) => {
     });
     res.writeHead(202, { 'Content-Type': 'application/json', Location: `/user/generation-history/${id}` }).end(body);
   } catch (error) {
-    res.writeHead(400, { 'Content-Type': 'application/json' }).end(JSON.stringify({ error: String(error?.message ?? error) }));
+    res
+      .writeHead(400, { 'Content-Type': 'application/json' })
+      .end(JSON.stringify({ error: String(error?.message ?? error) }));
   } finally {
     await Promise.all(files.map((file) => rm(file.path, { force: true })));
   }
 });
 server.keepAliveTimeout = 65_000;
-process.on("SIGTERM", () => server.closeAllConnections());
+process.on('SIGTERM', () => server.closeAllConnections());
 server.listen(Number(process.env.PORT), process.env.HOST ?? '127.0.0.1');
 process.on('SIGTERM', () => server.close(() => process.exit(0)));

@@ -36,8 +36,12 @@ export async function run() {
     clothes: { data: clothes, filename: 'clothes.jpg' },
     person: { data: person, filename: 'person.jpg' },
   });
-  log(`  body: fashion_swap, clothes ${clothes.length} B + person ${person.length} B (1024x1024 JPEG), ${form.bytes} B in all`);
-  log(`  load: ${CONCURRENCY} keep-alive connections, ${WARMUP_MS / 1000} s warm-up + ${DURATION_MS / 1000} s measured, each`);
+  log(
+    `  body: fashion_swap, clothes ${clothes.length} B + person ${person.length} B (1024x1024 JPEG), ${form.bytes} B in all`,
+  );
+  log(
+    `  load: ${CONCURRENCY} keep-alive connections, ${WARMUP_MS / 1000} s warm-up + ${DURATION_MS / 1000} s measured, each`,
+  );
 
   const env = await createBenchEnv('create');
   let stopSweeping;
@@ -66,7 +70,11 @@ export async function run() {
     const keys = [];
     for (let i = 0; i < CONCURRENCY; i++) keys.push((await createUserWithKey(env.databaseUrl)).authorization);
     const manyMakers = keys.map((key) => make(service.baseUrl, { Authorization: key }));
-    const manyUsers = await runLoad({ make: (i) => manyMakers[i % keys.length](), concurrency: CONCURRENCY, durationMs: SPREAD_MS });
+    const manyUsers = await runLoad({
+      make: (i) => manyMakers[i % keys.length](),
+      concurrency: CONCURRENCY,
+      durationMs: SPREAD_MS,
+    });
     log(`  ${describeLoad(`service, ${CONCURRENCY} users`, manyUsers)}`);
 
     const baseline = await env.startScript(new URL('../baselines/upload-server.mjs', import.meta.url).pathname, {
@@ -86,11 +94,35 @@ export async function run() {
     await baseline.stop();
 
     const ratio = serviceResult.rps / baselineResult.rps;
-    record('create', `service job creations/s (c=16, best of ${ROUNDS})`, serviceResult.rps, `${serviceResult.rps.toFixed(1)} req/s (p50 ${fmtMs(serviceResult.p50)}, p99 ${fmtMs(serviceResult.p99)})`);
-    record('create', `baseline busboy+sharp req/s (c=16, best of ${ROUNDS})`, baselineResult.rps, `${baselineResult.rps.toFixed(1)} req/s (p50 ${fmtMs(baselineResult.p50)}, p99 ${fmtMs(baselineResult.p99)})`);
-    record('create', `service req/s, load spread over ${CONCURRENCY} users (info)`, manyUsers.rps, `${manyUsers.rps.toFixed(1)} req/s (p50 ${fmtMs(manyUsers.p50)})`);
-    record('create', 'server CPU per request, service vs baseline (info)', serviceResult.cpuMsPerRequest, `${fmtMs(serviceResult.cpuMsPerRequest)} vs ${fmtMs(baselineResult.cpuMsPerRequest)}`);
-    record('create', 'service / baseline throughput', ratio, ratio.toFixed(2), { op: '>=', value: 0.5, text: '>= 0.5' });
+    record(
+      'create',
+      `service job creations/s (c=16, best of ${ROUNDS})`,
+      serviceResult.rps,
+      `${serviceResult.rps.toFixed(1)} req/s (p50 ${fmtMs(serviceResult.p50)}, p99 ${fmtMs(serviceResult.p99)})`,
+    );
+    record(
+      'create',
+      `baseline busboy+sharp req/s (c=16, best of ${ROUNDS})`,
+      baselineResult.rps,
+      `${baselineResult.rps.toFixed(1)} req/s (p50 ${fmtMs(baselineResult.p50)}, p99 ${fmtMs(baselineResult.p99)})`,
+    );
+    record(
+      'create',
+      `service req/s, load spread over ${CONCURRENCY} users (info)`,
+      manyUsers.rps,
+      `${manyUsers.rps.toFixed(1)} req/s (p50 ${fmtMs(manyUsers.p50)})`,
+    );
+    record(
+      'create',
+      'server CPU per request, service vs baseline (info)',
+      serviceResult.cpuMsPerRequest,
+      `${fmtMs(serviceResult.cpuMsPerRequest)} vs ${fmtMs(baselineResult.cpuMsPerRequest)}`,
+    );
+    record('create', 'service / baseline throughput', ratio, ratio.toFixed(2), {
+      op: '>=',
+      value: 0.5,
+      text: '>= 0.5',
+    });
     if (serviceResult.failed > 0 || baselineResult.failed > 0) {
       log(`  note: failed requests: service ${serviceResult.failed}, baseline ${baselineResult.failed}`);
     }

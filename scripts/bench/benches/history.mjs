@@ -92,7 +92,9 @@ export async function run() {
     }
 
     // --- 2. item GET: service vs bare node:http + pg
-    const { rows } = await db.query('SELECT id FROM history_items WHERE user_id = $1 ORDER BY random() LIMIT 1000', [userId]);
+    const { rows } = await db.query('SELECT id FROM history_items WHERE user_id = $1 ORDER BY random() LIMIT 1000', [
+      userId,
+    ]);
     const ids = rows.map((row) => row.id);
     const sequential = [];
     for (let i = 0; i < 200; i++) {
@@ -112,10 +114,12 @@ export async function run() {
     });
     const check = await request(undefined, { url: `${baseline.baseUrl}/user/generation-history/${ids[0]}` });
     if (check.status !== 200) throw new Error(`baseline GET: ${check.status} ${check.body}`);
-    const item = (server, headers = {}) => (i) => ({
-      url: `${server.baseUrl}/user/generation-history/${ids[i % ids.length]}`,
-      headers,
-    });
+    const item =
+      (server, headers = {}) =>
+      (i) => ({
+        url: `${server.baseUrl}/user/generation-history/${ids[i % ids.length]}`,
+        headers,
+      });
     const { service: serviceResult, baseline: baselineResult } = await alternateLoads(
       {
         service: { make: item(service, { Authorization: authorization }), pid: service.pid },
@@ -127,11 +131,30 @@ export async function run() {
     await baseline.stop();
 
     const ratio = serviceResult.rps / baselineResult.rps;
-    record('history', `item GET service req/s (c=${GET_CONNECTIONS}, best of ${GET_ROUNDS})`, serviceResult.rps, `${serviceResult.rps.toFixed(0)} req/s (p50 ${fmtMs(serviceResult.p50)})`);
-    record('history', `item GET baseline node:http+pg req/s (c=${GET_CONNECTIONS}, best of ${GET_ROUNDS})`, baselineResult.rps, `${baselineResult.rps.toFixed(0)} req/s (p50 ${fmtMs(baselineResult.p50)}, p99 ${fmtMs(baselineResult.p99)})`);
-    record('history', 'item GET server CPU per request, service vs baseline (info)', serviceResult.cpuMsPerRequest, `${fmtMs(serviceResult.cpuMsPerRequest)} vs ${fmtMs(baselineResult.cpuMsPerRequest)}`);
+    record(
+      'history',
+      `item GET service req/s (c=${GET_CONNECTIONS}, best of ${GET_ROUNDS})`,
+      serviceResult.rps,
+      `${serviceResult.rps.toFixed(0)} req/s (p50 ${fmtMs(serviceResult.p50)})`,
+    );
+    record(
+      'history',
+      `item GET baseline node:http+pg req/s (c=${GET_CONNECTIONS}, best of ${GET_ROUNDS})`,
+      baselineResult.rps,
+      `${baselineResult.rps.toFixed(0)} req/s (p50 ${fmtMs(baselineResult.p50)}, p99 ${fmtMs(baselineResult.p99)})`,
+    );
+    record(
+      'history',
+      'item GET server CPU per request, service vs baseline (info)',
+      serviceResult.cpuMsPerRequest,
+      `${fmtMs(serviceResult.cpuMsPerRequest)} vs ${fmtMs(baselineResult.cpuMsPerRequest)}`,
+    );
     record('history', 'item GET service / baseline', ratio, ratio.toFixed(2), { op: '>=', value: 0.5, text: '>= 0.5' });
-    record('history', `item GET service p99 (c=${GET_CONNECTIONS})`, serviceResult.p99, fmtMs(serviceResult.p99), { op: '<=', value: 20, text: '<= 20 ms' });
+    record('history', `item GET service p99 (c=${GET_CONNECTIONS})`, serviceResult.p99, fmtMs(serviceResult.p99), {
+      op: '<=',
+      value: 20,
+      text: '<= 20 ms',
+    });
     record('history', 'item GET service p99, 1 connection', one.p99, `${fmtMs(one.p99)} (p50 ${fmtMs(one.p50)})`);
   } finally {
     agent.destroy();
@@ -215,7 +238,9 @@ export async function seed(db) {
   let vacuums = 0;
   for (let allVisible = 0; allVisible < 0.99 && vacuums < 6; vacuums++) {
     await db.query('VACUUM history_items');
-    const { rows: [table] } = await db.query(`SELECT relpages, relallvisible FROM pg_class WHERE relname = 'history_items'`);
+    const {
+      rows: [table],
+    } = await db.query(`SELECT relpages, relallvisible FROM pg_class WHERE relname = 'history_items'`);
     allVisible = table.relallvisible / Math.max(1, table.relpages);
   }
   const { rows } = await db.query(

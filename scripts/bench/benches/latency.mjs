@@ -36,7 +36,9 @@ export async function run() {
   const clothes = await makePhoto('clothes', SIDE, SIDE);
   const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
   const engineMs = await inProcessEngineMs(clothes);
-  log(`  in-process LocalEngine.generate + renderOutputs for the same input: p50 ${fmtMs(engineMs.p50)} (min ${fmtMs(engineMs.min)})`);
+  log(
+    `  in-process LocalEngine.generate + renderOutputs for the same input: p50 ${fmtMs(engineMs.p50)} (min ${fmtMs(engineMs.min)})`,
+  );
 
   const env = await createBenchEnv('latency');
   const agent = keepAliveAgent(64);
@@ -70,7 +72,8 @@ export async function run() {
         if (got.status === 200 && got.json.status === 'complete') {
           return { ms: performance.now() - started, accepted, polls };
         }
-        if (got.status !== 200 || got.json.status === 'error') return { error: `GET ${got.status} ${got.json?.status}` };
+        if (got.status !== 200 || got.json.status === 'error')
+          return { error: `GET ${got.status} ${got.json?.status}` };
         await sleep(POLL_MS);
       }
       return { error: 'timeout' };
@@ -121,7 +124,12 @@ async function inProcessEngineMs(clothes) {
   const times = [];
   for (let i = 0; i < 12; i++) {
     const started = performance.now();
-    const result = await engine.generate({ tool: 'fashion_card', generationType: 'product_card', images: { clothes }, texts: {} });
+    const result = await engine.generate({
+      tool: 'fashion_card',
+      generationType: 'product_card',
+      images: { clothes },
+      texts: {},
+    });
     await renderOutputs(result, 40_000_000);
     if (i >= 2) times.push(performance.now() - started);
   }

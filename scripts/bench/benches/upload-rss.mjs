@@ -45,7 +45,11 @@ export async function run() {
 
   const env = await createBenchEnv('upload-rss');
   try {
-    const service = await env.startService({ ROLE: 'api', LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' });
+    const service = await env.startService({
+      ROLE: 'api',
+      LIMIT_MAX_PENDING: '1000000',
+      LIMIT_CREATIONS_PER_MINUTE: '1000000',
+    });
     const { authorization } = await createUserWithKey(env.databaseUrl);
     const make = () => ({
       url: `${service.baseUrl}/generation/generate_image_v2/`,
@@ -71,7 +75,10 @@ export async function run() {
 
     const during = samples.filter((s) => s.t <= loadMs);
     const peak = Math.max(...during.map((s) => s.kb));
-    const secondHalf = during.filter((s) => s.t >= loadMs / 2).map((s) => s.kb).sort((a, b) => a - b);
+    const secondHalf = during
+      .filter((s) => s.t >= loadMs / 2)
+      .map((s) => s.kb)
+      .sort((a, b) => a - b);
     const steady = percentile(secondHalf, 50);
     const after = samples[samples.length - 1].kb;
     log(
@@ -85,7 +92,11 @@ export async function run() {
     }
     log(`  RSS max per second (MB): ${timeline.join(' ')}`);
 
-    record('upload-rss', `API peak RSS (${CLIENTS} x 2 x 8 MB uploads)`, peak / 1024, fmtMb(peak), { op: '<=', value: 300, text: '<= 300 MB' });
+    record('upload-rss', `API peak RSS (${CLIENTS} x 2 x 8 MB uploads)`, peak / 1024, fmtMb(peak), {
+      op: '<=',
+      value: 300,
+      text: '<= 300 MB',
+    });
     record('upload-rss', 'API steady RSS under upload load', steady / 1024, `${fmtMb(steady)} (idle ${fmtMb(idleKb)})`);
     record('upload-rss', 'uploads accepted/s', result.rps, `${result.rps.toFixed(1)} req/s, ${result.failed} failed`);
     await service.stop();

@@ -58,10 +58,16 @@ export async function run() {
       const baseline = await engineLoop(env);
       baselines.push(baseline.jobsPerSecond);
       baselineCpu.push(baseline.cpuMsPerJob);
-      log(`  round ${round}, in-process engine: ${JOBS} jobs in ${(baseline.ms / 1000).toFixed(2)} s = ${baseline.jobsPerSecond.toFixed(2)} jobs/s`);
+      log(
+        `  round ${round}, in-process engine: ${JOBS} jobs in ${(baseline.ms / 1000).toFixed(2)} s = ${baseline.jobsPerSecond.toFixed(2)} jobs/s`,
+      );
 
       // Queue N jobs through the API, then stop it so the worker has the machine.
-      const api = await env.startService({ ROLE: 'api', LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' });
+      const api = await env.startService({
+        ROLE: 'api',
+        LIMIT_MAX_PENDING: '1000000',
+        LIMIT_CREATIONS_PER_MINUTE: '1000000',
+      });
       authorization ??= (await createUserWithKey(env.databaseUrl)).authorization;
       const agent = keepAliveAgent(4);
       for (let i = 0; i < WARMUP_JOBS + JOBS; i++) {
@@ -91,8 +97,18 @@ export async function run() {
     const baselineBest = best(baselines);
     const ratio = workerBest / baselineBest;
     const rounds = (values) => values.map((v) => v.toFixed(2)).join(', ');
-    record('worker', `worker jobs/s (${JOBS} fashion_swap 1024 px, c=${CONCURRENCY}), best of ${ROUNDS}`, workerBest, `${workerBest.toFixed(2)} jobs/s (rounds: ${rounds(workers)})`);
-    record('worker', `in-process engine + render jobs/s, best of ${ROUNDS}`, baselineBest, `${baselineBest.toFixed(2)} jobs/s (rounds: ${rounds(baselines)})`);
+    record(
+      'worker',
+      `worker jobs/s (${JOBS} fashion_swap 1024 px, c=${CONCURRENCY}), best of ${ROUNDS}`,
+      workerBest,
+      `${workerBest.toFixed(2)} jobs/s (rounds: ${rounds(workers)})`,
+    );
+    record(
+      'worker',
+      `in-process engine + render jobs/s, best of ${ROUNDS}`,
+      baselineBest,
+      `${baselineBest.toFixed(2)} jobs/s (rounds: ${rounds(baselines)})`,
+    );
     const mean = (values) => values.reduce((a, b) => a + b, 0) / values.length;
     record(
       'worker',
@@ -100,7 +116,11 @@ export async function run() {
       mean(workerCpu),
       `${fmtMs(mean(workerCpu))} vs ${fmtMs(mean(baselineCpu))} (ratio ${(mean(baselineCpu) / mean(workerCpu)).toFixed(2)}; PostgreSQL/Redis not included)`,
     );
-    record('worker', 'worker / in-process throughput', ratio, ratio.toFixed(2), { op: '>=', value: 0.8, text: '>= 0.8' });
+    record('worker', 'worker / in-process throughput', ratio, ratio.toFixed(2), {
+      op: '>=',
+      value: 0.8,
+      text: '>= 0.8',
+    });
   } finally {
     redis.disconnect();
     await db.end().catch(() => {});

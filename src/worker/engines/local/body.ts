@@ -50,7 +50,9 @@ export async function estimateBody(person: RawImage): Promise<BodyLandmarks> {
         )
       : person;
   const key = keyBackground(small, { maxBorderNoise: 40, closing: 0 });
-  const measured = (key.reliable ? measureSilhouette(key, small.width, small.height) : null) ?? proportional(small.width, small.height);
+  const measured =
+    (key.reliable ? measureSilhouette(key, small.width, small.height) : null) ??
+    proportional(small.width, small.height);
   return rescale(measured, person.width / small.width, person.height / small.height);
 }
 

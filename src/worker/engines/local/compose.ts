@@ -81,7 +81,13 @@ export function alphaOf(image: RawImage): Plane {
  * gives the same shadow, as the blur is far wider than its pixels. Pure JS, no sharp round trips. Place it at
  * (overlayLeft - pad + dx, overlayTop - pad + dy).
  */
-export function softShadow(alpha: Plane, sigma: number, pad: number, drawnWidth = alpha.width, drawnHeight = alpha.height): Plane {
+export function softShadow(
+  alpha: Plane,
+  sigma: number,
+  pad: number,
+  drawnWidth = alpha.width,
+  drawnHeight = alpha.height,
+): Plane {
   const width = drawnWidth + pad * 2;
   const height = drawnHeight + pad * 2;
   const sx = drawnWidth / alpha.width;
@@ -117,7 +123,15 @@ export function softShadow(alpha: Plane, sigma: number, pad: number, drawnWidth 
 }
 
 /** In-place box blur of `lines` lines of `length` samples (`step` apart; lines `lineStep` apart), zero outside. */
-function boxBlur(data: Float32Array, lines: number, length: number, step: number, lineStep: number, radius: number, tmp: Float32Array): void {
+function boxBlur(
+  data: Float32Array,
+  lines: number,
+  length: number,
+  step: number,
+  lineStep: number,
+  radius: number,
+  tmp: Float32Array,
+): void {
   const norm = 1 / (radius * 2 + 1);
   for (let line = 0; line < lines; line++) {
     const base = line * lineStep;
@@ -133,7 +147,14 @@ function boxBlur(data: Float32Array, lines: number, length: number, step: number
 }
 
 /** Bilinear upsampling of a reduced plane back to width x height. */
-function upsample(small: Float32Array, sw: number, sh: number, width: number, height: number, factor: number): Uint8Array {
+function upsample(
+  small: Float32Array,
+  sw: number,
+  sh: number,
+  width: number,
+  height: number,
+  factor: number,
+): Uint8Array {
   const out = new Uint8Array(width * height);
   // Each column's two source samples and weight, the same for every row.
   const x0s = new Int32Array(width);

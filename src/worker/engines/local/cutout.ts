@@ -42,7 +42,9 @@ export async function analyseObject(image: RawImage, options: KeyOptions = {}): 
   const small =
     scale < 1
       ? await toRawImage(
-          fromRaw(image).resize(max(1, round(image.width * scale)), max(1, round(image.height * scale)), { fit: 'fill' }),
+          fromRaw(image).resize(max(1, round(image.width * scale)), max(1, round(image.height * scale)), {
+            fit: 'fill',
+          }),
         )
       : image;
   const key = keyBackground(small, options);
@@ -66,7 +68,12 @@ export async function analyseObject(image: RawImage, options: KeyOptions = {}): 
 }
 
 /** The analysed object cut out with its box drawn at exactly width x height. */
-export async function cutoutAt(image: RawImage, analysis: ObjectAnalysis, width: number, height: number): Promise<Cutout> {
+export async function cutoutAt(
+  image: RawImage,
+  analysis: ObjectAnalysis,
+  width: number,
+  height: number,
+): Promise<Cutout> {
   const { box, options } = analysis;
   const boxW = box.right - box.left;
   const boxH = box.bottom - box.top;
@@ -108,7 +115,10 @@ export async function cutoutAt(image: RawImage, analysis: ObjectAnalysis, width:
 /** The whole of `image` with its background keyed out (opaque when the background is not plain). */
 function keyed(image: RawImage, options: KeyOptions): { image: RawImage; reliable: boolean } {
   const key: KeyResult = keyBackground(image, options);
-  return { image: extractForeground(image, key, { left: 0, top: 0, right: image.width, bottom: image.height }), reliable: key.reliable };
+  return {
+    image: extractForeground(image, key, { left: 0, top: 0, right: image.width, bottom: image.height }),
+    reliable: key.reliable,
+  };
 }
 
 /** Longest side keyed directly by {@link objectMask}; larger images are keyed on a reduced copy. */
@@ -118,7 +128,10 @@ export const MASK_KEY_SIZE = 2048;
  * The object's alpha over the whole image (for retexturing in place). Images longer than 2048 px are keyed on a
  * reduced copy and the alpha scaled back up (bounded memory and time for 40 MP inputs).
  */
-export async function objectMask(image: RawImage, options: KeyOptions = {}): Promise<{ alpha: Plane; box: Box; reliable: boolean }> {
+export async function objectMask(
+  image: RawImage,
+  options: KeyOptions = {},
+): Promise<{ alpha: Plane; box: Box; reliable: boolean }> {
   const scale = min(1, MASK_KEY_SIZE / max(image.width, image.height));
   if (scale === 1) {
     const key = keyBackground(image, options);

@@ -31,7 +31,8 @@ export interface ErrorDescription {
 }
 
 export function describeError(error: unknown): ErrorDescription {
-  if (error instanceof PermanentEngineError) return { name: error.name, message: error.message, permanentCode: error.code };
+  if (error instanceof PermanentEngineError)
+    return { name: error.name, message: error.message, permanentCode: error.code };
   if (error instanceof Error) return { name: error.name, message: error.message };
   return { name: 'Error', message: String(error) };
 }

@@ -5,7 +5,14 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { renderOutputs } from '../../renderer.js';
-import { type JobMessage, type ThreadMessage, type ThreadReply, asBuffer, describeError, errorFrom } from './engine-thread.protocol.js';
+import {
+  type JobMessage,
+  type ThreadMessage,
+  type ThreadReply,
+  asBuffer,
+  describeError,
+  errorFrom,
+} from './engine-thread.protocol.js';
 import { LocalEngine } from './local.engine.js';
 
 const port = parentPort!;

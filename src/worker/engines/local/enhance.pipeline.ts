@@ -60,7 +60,7 @@ export function levelsLut(image: RawImage): Uint8Array {
   const hist = new Uint32Array(256);
   const n = width * height;
   for (let p = 0; p < n * c; p += c) {
-    hist[(data[p] * 299 + data[p + 1] * 587 + data[p + 2] * 114 + 500) / 1000 | 0]++;
+    hist[((data[p] * 299 + data[p + 1] * 587 + data[p + 2] * 114 + 500) / 1000) | 0]++;
   }
   const percentile = (q: number): number => {
     let acc = 0;

@@ -93,20 +93,46 @@ export function fitGarment(alpha: Plane, region: GarmentRegion, body: BodyLandma
   const h = body.height;
   const specs: Record<GarmentRegion, RegionSpec> = {
     // Body width below the sleeves matched to the torso (a little loose); collar at the shoulders; hem at the hips.
-    upper: { rows: [0.55, 0.85], target: body.torsoWidth * 1.12, top: body.shoulderY - 0.01 * h, bottom: body.hipY + 0.03 * h, stretch: [0.9, 1.15] },
+    upper: {
+      rows: [0.55, 0.85],
+      target: body.torsoWidth * 1.12,
+      top: body.shoulderY - 0.01 * h,
+      bottom: body.hipY + 0.03 * h,
+      stretch: [0.9, 1.15],
+    },
     // Waistband matched to the hips; waist to ankles.
-    lower: { rows: [0.02, 0.1], target: body.hipWidth * 1.06, top: body.waistY, bottom: body.ankleY, stretch: [0.85, 1.2] },
+    lower: {
+      rows: [0.02, 0.1],
+      target: body.hipWidth * 1.06,
+      top: body.waistY,
+      bottom: body.ankleY,
+      stretch: [0.85, 1.2],
+    },
     // Bodice matched to the torso; shoulders to below the knees.
-    dress: { rows: [0.22, 0.35], target: body.torsoWidth * 1.1, top: body.shoulderY - 0.01 * h, bottom: body.kneeY + 0.05 * h, stretch: [0.9, 1.15] },
+    dress: {
+      rows: [0.22, 0.35],
+      target: body.torsoWidth * 1.1,
+      top: body.shoulderY - 0.01 * h,
+      bottom: body.kneeY + 0.05 * h,
+      stretch: [0.9, 1.15],
+    },
     // Whole width matched to the torso, straps at the shoulders, never stretched.
-    lingerie: { rows: null, target: body.torsoWidth * 1.12, top: body.shoulderY + 0.005 * h, bottom: null, stretch: [1, 1] },
+    lingerie: {
+      rows: null,
+      target: body.torsoWidth * 1.12,
+      top: body.shoulderY + 0.005 * h,
+      bottom: null,
+      stretch: [1, 1],
+    },
   };
   const spec = specs[region];
   const measured = spec.rows ? bandWidth(alpha, spec.rows[0], spec.rows[1]) : fullWidth(alpha);
   // Never wider than 65% of the figure height (a mis-measured band must not blow the garment up).
   const scaleX = min(spec.target / max(1, measured.width), (0.65 * h) / alpha.width);
   const scaleY =
-    spec.bottom === null ? scaleX : clamp((spec.bottom - spec.top) / alpha.height, scaleX * spec.stretch[0], scaleX * spec.stretch[1]);
+    spec.bottom === null
+      ? scaleX
+      : clamp((spec.bottom - spec.top) / alpha.height, scaleX * spec.stretch[0], scaleX * spec.stretch[1]);
   return { scaleX, scaleY, anchorX: measured.centre, top: spec.top };
 }
 

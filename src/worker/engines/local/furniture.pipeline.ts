@@ -46,13 +46,23 @@ export const furniturePlacementPipeline: Pipeline = async (ctx) => {
   const output: RawImage = { ...room, data: Buffer.from(room.data) };
   // Ambient occlusion: a wide soft ellipse on the floor under the piece.
   const ambient = ellipseShade(w * 0.3, max(2, w * 0.035));
-  applyShade(output, ambient, round(room.width / 2 - ambient.width / 2), round(footY - h * 0.01 - ambient.height / 2), 0.5);
+  applyShade(
+    output,
+    ambient,
+    round(room.width / 2 - ambient.width / 2),
+    round(footY - h * 0.01 - ambient.height / 2),
+    0.5,
+  );
   // Contact shadows: the bottom of the silhouette (legs, base) blurred, right where it touches the floor.
   const alpha = alphaOf(cut.image);
   const bandRows = max(2, round(h * 0.06));
   const bandTop = clamp(cut.top + h - bandRows, 0, alpha.height - 1);
   const bandBottom = clamp(cut.top + h, bandTop + 1, alpha.height);
-  const band = { data: alpha.data.subarray(bandTop * alpha.width, bandBottom * alpha.width), width: alpha.width, height: bandBottom - bandTop };
+  const band = {
+    data: alpha.data.subarray(bandTop * alpha.width, bandBottom * alpha.width),
+    width: alpha.width,
+    height: bandBottom - bandTop,
+  };
   const sigma = max(1, w * 0.01);
   const pad = ceil(sigma * 3);
   const contact = softShadow(band, sigma, pad);

@@ -162,7 +162,12 @@ export function keyBackground(image: RawImage, options: KeyOptions = {}): KeyRes
   }
 
   // Background = border-connected pixels close to the border colour (4-connected).
-  const bg = paintRuns(labelRuns(candidate, width, height), width, height, (runs, root) => runs.touchesBorder[root] === 1);
+  const bg = paintRuns(
+    labelRuns(candidate, width, height),
+    width,
+    height,
+    (runs, root) => runs.touchesBorder[root] === 1,
+  );
   const hard = candidate; // reused: no longer needed
   for (let i = 0; i < n; i++) hard[i] = 1 - bg[i];
   // Closing (dilate, then erode) by 1% of the size (by default): small bites out of the outline, where a
@@ -203,7 +208,14 @@ export function keyBackground(image: RawImage, options: KeyOptions = {}): KeyRes
   return finish(alpha, kept, width, height, border.colour, false);
 }
 
-function finish(alpha: Uint8Array, kept: Uint8Array, width: number, height: number, background: Rgb, fromInputAlpha: boolean): KeyResult {
+function finish(
+  alpha: Uint8Array,
+  kept: Uint8Array,
+  width: number,
+  height: number,
+  background: Rgb,
+  fromInputAlpha: boolean,
+): KeyResult {
   let count = 0;
   for (let i = 0; i < kept.length; i++) count += kept[i];
   const coverage = count / kept.length;

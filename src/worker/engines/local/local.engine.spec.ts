@@ -100,7 +100,12 @@ interface Raw {
 }
 
 async function decode(input: Buffer): Promise<Raw> {
-  const { data, info } = await sharp(input).rotate().toColourspace('srgb').flatten({ background: '#ffffff' }).raw().toBuffer({ resolveWithObject: true });
+  const { data, info } = await sharp(input)
+    .rotate()
+    .toColourspace('srgb')
+    .flatten({ background: '#ffffff' })
+    .raw()
+    .toBuffer({ resolveWithObject: true });
   return { data, width: info.width, height: info.height, channels: info.channels };
 }
 
@@ -157,7 +162,12 @@ function lumaStdDev(a: Raw): number {
   return sqrt(sq / n - mean * mean);
 }
 
-const request = (tool: string, generationType: string, images: Record<string, Buffer>, texts: Record<string, string> = {}): EngineRequest => ({
+const request = (
+  tool: string,
+  generationType: string,
+  images: Record<string, Buffer>,
+  texts: Record<string, string> = {},
+): EngineRequest => ({
   tool,
   generationType,
   images,
@@ -185,7 +195,11 @@ describe('LocalEngine', () => {
     it('puts the garment on the torso, keeps the person image size and leaves the backdrop corners untouched', async () => {
       const personPng = await person();
       const before = await decode(personPng);
-      const after = raw(await sut.generate(request('fashion_swap', 'fashion_swap_full', { clothes: await tshirt(), person: personPng })));
+      const after = raw(
+        await sut.generate(
+          request('fashion_swap', 'fashion_swap_full', { clothes: await tshirt(), person: personPng }),
+        ),
+      );
 
       expect([after.width, after.height, after.channels]).toEqual([300, 400, 3]);
       expect(meanDiff(before, after, CHEST)).toBeGreaterThan(40);
@@ -207,7 +221,11 @@ describe('LocalEngine', () => {
     it('treats a garment with two legs as trousers in the full swap', async () => {
       const personPng = await person();
       const before = await decode(personPng);
-      const after = raw(await sut.generate(request('fashion_swap', 'fashion_swap_full', { clothes: await trousers(), person: personPng })));
+      const after = raw(
+        await sut.generate(
+          request('fashion_swap', 'fashion_swap_full', { clothes: await trousers(), person: personPng }),
+        ),
+      );
 
       expect(meanDiff(before, after, SHINS)).toBeGreaterThan(40);
       expect(meanDiff(before, after, CHEST)).toBeLessThan(5);
@@ -219,7 +237,9 @@ describe('LocalEngine', () => {
       const personPng = await person();
       const before = await decode(personPng);
       const cutout = await png(240, 240, '<path d="M60 40 L180 40 L175 215 L65 215 Z" fill="#cc2a1e"/>');
-      const after = raw(await sut.generate(request('fashion_swap_half', 'upper', { clothes: cutout, person: personPng })));
+      const after = raw(
+        await sut.generate(request('fashion_swap_half', 'upper', { clothes: cutout, person: personPng })),
+      );
 
       expect(meanColour(after, CHEST)[0]).toBeGreaterThan(150);
       for (const corner of CORNERS) expect(meanDiff(before, after, corner)).toBe(0);
@@ -229,9 +249,16 @@ describe('LocalEngine', () => {
       const personPng = await person();
       const before = await decode(personPng);
       let stripes = '';
-      for (let x = 0; x < 240; x += 12) stripes += `<rect x="${x}" width="6" height="240" fill="${x % 24 ? '#20a040' : '#f0e020'}"/>`;
-      const busy = await png(240, 240, `<rect width="240" height="240" fill="#3050d0"/>${stripes}<rect x="60" y="40" width="120" height="170" fill="#cc2a1e"/>`);
-      const after = raw(await sut.generate(request('fashion_swap_half', 'upper', { clothes: busy, person: personPng })));
+      for (let x = 0; x < 240; x += 12)
+        stripes += `<rect x="${x}" width="6" height="240" fill="${x % 24 ? '#20a040' : '#f0e020'}"/>`;
+      const busy = await png(
+        240,
+        240,
+        `<rect width="240" height="240" fill="#3050d0"/>${stripes}<rect x="60" y="40" width="120" height="170" fill="#cc2a1e"/>`,
+      );
+      const after = raw(
+        await sut.generate(request('fashion_swap_half', 'upper', { clothes: busy, person: personPng })),
+      );
 
       expect([after.width, after.height]).toEqual([300, 400]);
       expect(meanDiff(before, after, CHEST)).toBeGreaterThan(40);
@@ -243,8 +270,12 @@ describe('LocalEngine', () => {
     it('upper changes the chest and not the shins; lower changes the shins and not the chest', async () => {
       const personPng = await person();
       const before = await decode(personPng);
-      const upper = raw(await sut.generate(request('fashion_swap_half', 'upper', { clothes: await tshirt(), person: personPng })));
-      const lower = raw(await sut.generate(request('fashion_swap_half', 'lower', { clothes: await trousers(), person: personPng })));
+      const upper = raw(
+        await sut.generate(request('fashion_swap_half', 'upper', { clothes: await tshirt(), person: personPng })),
+      );
+      const lower = raw(
+        await sut.generate(request('fashion_swap_half', 'lower', { clothes: await trousers(), person: personPng })),
+      );
 
       expect([upper.width, upper.height, lower.width, lower.height]).toEqual([300, 400, 300, 400]);
       expect(meanDiff(before, upper, CHEST)).toBeGreaterThan(40);
@@ -258,7 +289,11 @@ describe('LocalEngine', () => {
     it('puts the garment on the chest, output the person image size', async () => {
       const personPng = await person();
       const before = await decode(personPng);
-      const top = await png(200, 120, '<rect width="200" height="120" fill="#fff"/><path d="M20 30 L180 30 L170 100 L30 100 Z" fill="#d01c7a"/>');
+      const top = await png(
+        200,
+        120,
+        '<rect width="200" height="120" fill="#fff"/><path d="M20 30 L180 30 L170 100 L30 100 Z" fill="#d01c7a"/>',
+      );
       const after = raw(await sut.generate(request('lengerie', 'lengerie_swap', { clothes: top, person: personPng })));
 
       expect([after.width, after.height]).toEqual([300, 400]);
@@ -304,7 +339,9 @@ describe('LocalEngine', () => {
     it('places the piece on the floor: the lower part changes, the ceiling and upper wall do not', async () => {
       const roomPng = await room();
       const before = await decode(roomPng);
-      const after = raw(await sut.generate(request('furniture', 'furniture_placement', { room: roomPng, furniture: await chair() })));
+      const after = raw(
+        await sut.generate(request('furniture', 'furniture_placement', { room: roomPng, furniture: await chair() })),
+      );
 
       expect([after.width, after.height]).toEqual([320, 200]);
       expect(meanDiff(before, after, { left: 0, top: 0, width: 320, height: 40 })).toBe(0);
@@ -337,14 +374,19 @@ describe('LocalEngine', () => {
     it('keeps the size and raises the contrast of a dull photo', async () => {
       const photo = await dullPhoto();
       const before = await decode(photo);
-      const after = raw(await sut.generate(request('default', 'enhance', { image: photo }, { prompt: 'brighter please' })));
+      const after = raw(
+        await sut.generate(request('default', 'enhance', { image: photo }, { prompt: 'brighter please' })),
+      );
 
       expect([after.width, after.height, after.channels]).toEqual([200, 120, 3]);
       expect(lumaStdDev(after)).toBeGreaterThan(lumaStdDev(before) * 1.3);
     });
 
     it('applies the EXIF orientation', async () => {
-      const rotated = await sharp(await dullPhoto()).jpeg().withMetadata({ orientation: 6 }).toBuffer();
+      const rotated = await sharp(await dullPhoto())
+        .jpeg()
+        .withMetadata({ orientation: 6 })
+        .toBuffer();
       const after = raw(await sut.generate(request('default', 'enhance', { image: rotated })));
 
       expect([after.width, after.height]).toEqual([120, 200]);
@@ -353,7 +395,9 @@ describe('LocalEngine', () => {
 
   describe('failures', () => {
     it('rejects a buffer that is not an image with invalid_image', async () => {
-      const error = await sut.generate(request('default', 'enhance', { image: Buffer.from('definitely not an image') })).catch((e: unknown) => e);
+      const error = await sut
+        .generate(request('default', 'enhance', { image: Buffer.from('definitely not an image') }))
+        .catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(PermanentEngineError);
       expect((error as PermanentEngineError).code).toBe('invalid_image');
@@ -361,7 +405,12 @@ describe('LocalEngine', () => {
 
     it('rejects an undecodable garment with invalid_image', async () => {
       const error = await sut
-        .generate(request('fashion_swap_half', 'upper', { clothes: Buffer.from([0xff, 0xd8, 0xff, 0x00]), person: await person() }))
+        .generate(
+          request('fashion_swap_half', 'upper', {
+            clothes: Buffer.from([0xff, 0xd8, 0xff, 0x00]),
+            person: await person(),
+          }),
+        )
         .catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(PermanentEngineError);
@@ -369,14 +418,18 @@ describe('LocalEngine', () => {
     });
 
     it('rejects a missing input with invalid_image', async () => {
-      const error = await sut.generate(request('furniture', 'furniture_placement', { room: await room() })).catch((e: unknown) => e);
+      const error = await sut
+        .generate(request('furniture', 'furniture_placement', { room: await room() }))
+        .catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(PermanentEngineError);
       expect((error as PermanentEngineError).code).toBe('invalid_image');
     });
 
     it('rejects an unknown tool or generation type with engine_failed', async () => {
-      const error = await sut.generate(request('fashion_swap_half', 'sideways', { image: await dullPhoto() })).catch((e: unknown) => e);
+      const error = await sut
+        .generate(request('fashion_swap_half', 'sideways', { image: await dullPhoto() }))
+        .catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(PermanentEngineError);
       expect((error as PermanentEngineError).code).toBe('engine_failed');
@@ -388,7 +441,9 @@ describe('LocalEngine', () => {
       const controller = new AbortController();
       controller.abort();
 
-      await expect(sut.generate({ ...request('default', 'enhance', { image: await dullPhoto() }), signal: controller.signal })).rejects.toMatchObject({
+      await expect(
+        sut.generate({ ...request('default', 'enhance', { image: await dullPhoto() }), signal: controller.signal }),
+      ).rejects.toMatchObject({
         name: 'AbortError',
       });
     });

@@ -35,7 +35,13 @@ export const productCardPipeline: Pipeline = async (ctx) => {
   const sigma = CARD_WIDTH * 0.012;
   const pad = ceil(sigma * 3);
   const shade = (silhouette: Plane, left: number, top: number, drawnWidth?: number, drawnHeight?: number) =>
-    applyShade(card, softShadow(silhouette, sigma, pad, drawnWidth, drawnHeight), left - pad, top - pad + round(CARD_HEIGHT * 0.014), 0.24);
+    applyShade(
+      card,
+      softShadow(silhouette, sigma, pad, drawnWidth, drawnHeight),
+      left - pad,
+      top - pad + round(CARD_HEIGHT * 0.014),
+      0.24,
+    );
   // A plain-background garment's shadow needs only its silhouette from the analysis: the card is shaded while
   // sharp enlarges the cut-out on another thread.
   const [cut] = await Promise.all([

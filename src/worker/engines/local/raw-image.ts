@@ -91,10 +91,7 @@ export async function toRawImage(pipeline: Sharp): Promise<RawImage> {
 
 /** Run a sharp pipeline to a single-channel plane. */
 export async function toPlane(pipeline: Sharp): Promise<Plane> {
-  const { data, info } = await pipeline
-    .extractChannel(0)
-    .raw({ depth: 'uchar' })
-    .toBuffer({ resolveWithObject: true });
+  const { data, info } = await pipeline.extractChannel(0).raw({ depth: 'uchar' }).toBuffer({ resolveWithObject: true });
   return { data, width: info.width, height: info.height };
 }
 
