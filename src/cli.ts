@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ApiKeyService } from './auth/api-key.service.js';
+import { ApiKeysModule } from './auth/auth.module.js';
 import { ConfigError, loadConfig } from './config/config.js';
 import { ConfigModule } from './config/config.module.js';
 import { DatabaseModule } from './database/database.module.js';
@@ -20,7 +21,7 @@ async function main(args: string[]): Promise<number> {
   }
   const config = loadConfig();
 
-  @Module({ imports: [ConfigModule.forRoot(config), DatabaseModule], providers: [ApiKeyService] })
+  @Module({ imports: [ConfigModule.forRoot(config), DatabaseModule, ApiKeysModule] })
   class CliModule {}
 
   const app = await NestFactory.createApplicationContext(CliModule, { logger: false });

@@ -3,6 +3,7 @@ import { Injectable } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import { DataSource, IsNull } from 'typeorm';
 import { AppConfig } from '../config/config.js';
+import { Database } from '../database/database.js';
 import { ApiKey } from './api-key.entity.js';
 import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from './api-key.js';
 import { User } from './user.entity.js';
@@ -29,6 +30,7 @@ export class ApiKeyService {
 
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly db: Database,
     private readonly config: AppConfig,
   ) {}
 
@@ -83,9 +85,11 @@ export class ApiKeyService {
     const cached = this.cache.get(cacheKey);
     if (cached && cached.expiresAt > Date.now()) return cached.principal;
 
-    const row = await this.dataSource
-      .getRepository(ApiKey)
-      .findOneBy({ prefix: lookupPrefix(key), revokedAt: IsNull() });
+    const [row] = await this.db.read<Pick<ApiKey, 'userId' | 'keyHash'>>({
+      name: 'api-key',
+      text: 'SELECT user_id AS "userId", key_hash AS "keyHash" FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL',
+      values: [lookupPrefix(key)],
+    });
     if (!row || !hashesEqual(row.keyHash, hash)) return undefined;
     const principal = { userId: row.userId };
     this.remember(cacheKey, principal);

@@ -1,6 +1,7 @@
 import { ArgumentsHost, Catch, ExceptionFilter, HttpException, Logger } from '@nestjs/common';
 import type { Response } from 'express';
 import { DomainError, type ProblemCode } from './problem.js';
+import { ServiceUnavailableError } from './unavailable.js';
 
 /** Seconds a client should wait before retrying when a backing service is down. */
 const UNAVAILABLE_RETRY_AFTER_SECONDS = '5';
@@ -41,7 +42,7 @@ const HTTP_STATUS_CODES: Record<number, ProblemCode> = {
 
 export function toDomainError(exception: unknown): DomainError {
   if (exception instanceof DomainError) return exception;
-  if (isUnavailable(exception)) {
+  if (exception instanceof ServiceUnavailableError) {
     return new DomainError('service_unavailable', 'A backing service is unavailable; retry shortly.', {
       headers: { 'Retry-After': UNAVAILABLE_RETRY_AFTER_SECONDS },
     });
@@ -80,31 +81,3 @@ function clientMessage(exception: unknown, status: number): string {
   if (exception instanceof HttpException && status !== 400) return exception.message;
   return 'The request is malformed.';
 }
-
-const UNAVAILABLE_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EPIPE', 'EHOSTUNREACH']);
-
-/** Connection failures of PostgreSQL or Redis: the client may retry, so they are 503, never 500. */
-export function isUnavailable(exception: unknown): boolean {
-  for (let e = exception as { code?: unknown; message?: unknown; cause?: unknown } | undefined; e;) {
-    if (typeof e.code === 'string' && (UNAVAILABLE_ERRNOS.has(e.code) || e.code.startsWith('57P'))) return true;
-    if (typeof e.message === 'string' && UNAVAILABLE_MESSAGES.some((m) => (e!.message as string).includes(m))) {
-      return true;
-    }
-    if (exception instanceof AggregateError && exception.errors.some(isUnavailable)) return true;
-    e = e.cause as typeof e;
-  }
-  return false;
-}
-
-const UNAVAILABLE_MESSAGES = [
-  'Connection terminated',
-  'timeout exceeded when trying to connect',
-  'Client has encountered a connection error',
-  'Connection is closed',
-  "Stream isn't writeable",
-  'Driver not Connected',
-  // ioredis: a command in flight when the connection dropped, failed once it could not be sent again.
-  'Reached the max retries per request limit',
-  // ioredis: Redis accepted the connection but did not answer within commandTimeout.
-  'Command timed out',
-];

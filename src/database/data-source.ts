@@ -1,15 +1,8 @@
-import type { Pool } from 'pg';
 import { DataSource, type DataSourceOptions } from 'typeorm';
-import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
-import { ApiKey } from '../auth/api-key.entity.js';
-import { User } from '../auth/user.entity.js';
-import { HistoryCount } from '../history/history-count.entity.js';
-import { HistoryItem } from '../history/history-item.entity.js';
 import { Initial1795292142970 } from './migrations/1795292142970-Initial.js';
 import { HistoryCounts1795296939184 } from './migrations/1795296939184-HistoryCounts.js';
 import { CreateHistoryItem1795301680431 } from './migrations/1795301680431-CreateHistoryItem.js';
 
-export const ENTITIES = [User, ApiKey, HistoryItem, HistoryCount];
 export const MIGRATIONS = [Initial1795292142970, HistoryCounts1795296939184, CreateHistoryItem1795301680431];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */
@@ -18,11 +11,11 @@ const MIGRATION_LOCK_ID = 7_294_310_551;
 /** How long opening a PostgreSQL connection may take before the statement waiting for it fails (503). */
 export const CONNECT_TIMEOUT_MS = 2000;
 
+/** Entities are not listed here: each feature module registers its own (`TypeOrmModule.forFeature`). */
 export function dataSourceOptions(url: string, poolSize: number): DataSourceOptions {
   return {
     type: 'postgres',
     url,
-    entities: ENTITIES,
     migrations: MIGRATIONS,
     migrationsTableName: 'migrations',
     synchronize: false,
@@ -30,28 +23,6 @@ export function dataSourceOptions(url: string, poolSize: number): DataSourceOpti
     logging: false,
     extra: { max: poolSize, connectionTimeoutMillis: CONNECT_TIMEOUT_MS },
   };
-}
-
-export interface SqlStatement {
-  text: string;
-  values: unknown[];
-}
-
-/** A statement run under a fixed name, see `queryPrepared`. */
-export interface PreparedStatement extends SqlStatement {
-  name: string;
-}
-
-/**
- * Runs a statement on TypeORM's own pool as a named prepared statement: each connection parses and plans it
- * once, and later runs send only the values. For frequent statements that write, where TypeORM's query
- * runner and a parse per request are a large part of the request's cost; frequent reads go through the
- * `StatementPipeline`.
- */
-export async function queryPrepared<T>(dataSource: DataSource, statement: PreparedStatement): Promise<T[]> {
-  const pool = (dataSource.driver as PostgresDriver).master as Pool;
-  const { rows } = await pool.query(statement);
-  return rows as T[];
 }
 
 /** Applies pending migrations while holding a PostgreSQL advisory lock, so replicas can start together. */

@@ -1,12 +1,17 @@
 import { Global, Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
-import { TypeOrmModule } from '@nestjs/typeorm';
+import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
 import { AppConfig } from '../config/config.js';
 import { dataSourceOptions, migrateUnderLock } from './data-source.js';
+import { Database } from './database.js';
 import { EmbeddedDatabase } from './embedded.js';
 import { StatementPipeline } from './statement-pipeline.js';
 
-/** Of the few connections the embedded database serves, the statement pipeline takes one and the pool the rest. */
+/**
+ * The embedded database runs one statement at a time, whatever number of connections reach it: more than a few buy
+ * nothing.
+ */
+const EMBEDDED_POOL_SIZE = 3;
 const EMBEDDED_PIPELINE_CONNECTIONS = 1;
 
 /** Holds the embedded database when DATABASE_URL is unset; empty otherwise. */
@@ -45,6 +50,13 @@ const statementPipeline = {
     ),
 };
 
+const database = {
+  provide: Database,
+  inject: [getDataSourceToken(), StatementPipeline, DatabaseLocation],
+  useFactory: (dataSource: DataSource, pipeline: StatementPipeline, location: DatabaseLocation) =>
+    new Database(dataSource, pipeline, location.embedded === undefined),
+};
+
 @Global()
 @Module({
   imports: [
@@ -52,13 +64,13 @@ const statementPipeline = {
     TypeOrmModule.forRootAsync({
       imports: [DatabaseLocationModule],
       inject: [AppConfig, DatabaseLocation],
-      useFactory: (config: AppConfig, location: DatabaseLocation) =>
-        dataSourceOptions(
+      useFactory: (config: AppConfig, location: DatabaseLocation) => ({
+        ...dataSourceOptions(
           location.url,
-          location.embedded
-            ? Math.min(config.dbPoolSize, EmbeddedDatabase.MAX_CONNECTIONS - EMBEDDED_PIPELINE_CONNECTIONS)
-            : config.dbPoolSize,
+          location.embedded ? Math.min(config.dbPoolSize, EMBEDDED_POOL_SIZE) : config.dbPoolSize,
         ),
+        autoLoadEntities: true,
+      }),
       dataSourceFactory: async (options) => {
         const dataSource = await new DataSource(options!).initialize();
         const applied = await migrateUnderLock(dataSource);
@@ -67,7 +79,7 @@ const statementPipeline = {
       },
     }),
   ],
-  providers: [statementPipeline],
-  exports: [DatabaseLocationModule, statementPipeline],
+  providers: [statementPipeline, database],
+  exports: [DatabaseLocationModule, database],
 })
 export class DatabaseModule {}

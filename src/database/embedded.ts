@@ -1,12 +1,20 @@
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import { connect } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import { PGlite } from '@electric-sql/pglite';
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
+import { Mutex } from 'async-mutex';
 
 /**
  * PostgreSQL in the service's own process: PGlite served over the wire protocol on loopback, so the
  * same `pg` driver, TypeORM and migrations run unchanged. For trying the service, not for production.
+ *
+ * PGlite is one PostgreSQL session, whatever number of sockets reach it. A server that passes each
+ * protocol message on as it arrives (pglite-socket does) interleaves the connections' exchanges: one
+ * connection's Bind lands on the statement another connection's Parse just replaced, and a named
+ * statement one connection prepared already exists for the next. So this server runs a connection's
+ * messages up to its Sync (or a simple Query) as one unit, and while that connection has a transaction
+ * open, no other connection's statements run. Callers must still not name prepared statements:
+ * their names are shared by all connections (see `Database`).
  */
 export class EmbeddedDatabase {
   private constructor(
@@ -15,9 +23,6 @@ export class EmbeddedDatabase {
     readonly createdNow: boolean,
     private readonly stopServer: () => Promise<void>,
   ) {}
-
-  /** Connections PGlite serves at once; it runs one query at a time, so more buys nothing. */
-  static readonly MAX_CONNECTIONS = 4;
 
   /**
    * Opens the data directory, or joins the embedded database another local process (a running service,
@@ -29,21 +34,176 @@ export class EmbeddedDatabase {
     const createdNow = !existsSync(dataDir);
     await mkdir(dataDir, { recursive: true });
     const db = await PGlite.create(dataDir);
-    const server = new PGLiteSocketServer({
-      db,
-      host: '127.0.0.1',
-      port,
-      maxConnections: EmbeddedDatabase.MAX_CONNECTIONS,
-    });
-    await server.start();
+    const server = await serve(db, port);
     return new EmbeddedDatabase(url, createdNow, async () => {
-      await server.stop();
+      await server.close();
       await db.close();
     });
   }
 
   stop(): Promise<void> {
     return this.stopServer();
+  }
+}
+
+/** Request codes a client may send in place of a startup message (PostgreSQL's protocol, "Message Formats"). */
+const SSL_REQUEST = 80877103;
+const GSSENC_REQUEST = 80877104;
+const CANCEL_REQUEST = 80877102;
+
+/** Front-end messages after which the backend answers ReadyForQuery: the end of one exchange. */
+const SYNC = 0x53; // 'S'
+const QUERY = 0x51; // 'Q'
+/** Asks for the answers so far without ending the exchange (cursors): the session stays held. */
+const FLUSH = 0x48; // 'H'
+const TERMINATE = 0x58; // 'X'
+const SYNC_MESSAGE = Uint8Array.of(SYNC, 0, 0, 0, 4);
+
+async function serve(db: PGlite, port: number): Promise<{ close(): Promise<void> }> {
+  const session = new Mutex();
+  const connections = new Set<WireConnection>();
+  const server: Server = createServer((socket) => {
+    const connection = new WireConnection(db, session, socket);
+    connections.add(connection);
+    socket.once('close', () => connections.delete(connection));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => resolve());
+  });
+  return {
+    close: async () => {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const connection of connections) connection.destroy();
+      await closed;
+      // Lets a statement already running finish before the database is closed under it.
+      await session.waitForUnlock();
+    },
+  };
+}
+
+/** One client socket: frames its messages and runs them an exchange at a time on the shared session. */
+class WireConnection {
+  private buffer: Buffer = Buffer.alloc(0);
+  private started = false;
+  /** Messages of the exchange in progress, not yet run. */
+  private exchange: Buffer[] = [];
+  /** This connection's exchanges run one after the other, in the order they arrived. */
+  private work = Promise.resolve();
+  private releaseSession?: () => void;
+  private closed = false;
+
+  constructor(
+    private readonly db: PGlite,
+    private readonly session: Mutex,
+    private readonly socket: Socket,
+  ) {
+    socket.setNoDelay(true);
+    socket.on('data', (chunk) => this.receive(chunk));
+    socket.on('error', () => socket.destroy());
+    socket.once('close', () => {
+      this.closed = true;
+      this.exchange = [];
+      this.work = this.work.then(() => this.abandonSession());
+    });
+  }
+
+  destroy(): void {
+    this.socket.destroy();
+  }
+
+  private receive(chunk: Buffer): void {
+    this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
+    for (;;) {
+      const message = this.started ? this.nextTypedMessage() : this.nextStartupMessage();
+      if (!message) return;
+      if (!this.started) this.onStartupMessage(message);
+      else this.onMessage(message);
+    }
+  }
+
+  /** Before startup, a message is its length (4 bytes, itself included) and a body whose first 4 bytes say what it is. */
+  private nextStartupMessage(): Buffer | undefined {
+    if (this.buffer.length < 8) return undefined;
+    const length = this.buffer.readInt32BE(0);
+    if (this.buffer.length < length) return undefined;
+    return this.take(length);
+  }
+
+  /** After startup, a message is a type byte and a length (4 bytes, itself included, the type byte not). */
+  private nextTypedMessage(): Buffer | undefined {
+    if (this.buffer.length < 5) return undefined;
+    const length = 1 + this.buffer.readInt32BE(1);
+    if (this.buffer.length < length) return undefined;
+    return this.take(length);
+  }
+
+  private take(length: number): Buffer {
+    const message = this.buffer.subarray(0, length);
+    this.buffer = this.buffer.subarray(length);
+    return message;
+  }
+
+  private onStartupMessage(message: Buffer): void {
+    const code = message.readInt32BE(4);
+    if (code === SSL_REQUEST || code === GSSENC_REQUEST) {
+      this.socket.write('N'); // no encryption on loopback; the client goes on in plain text
+    } else if (code === CANCEL_REQUEST) {
+      this.socket.destroy(); // not supported: statements here are short and run whole
+    } else {
+      this.started = true;
+      this.run([message], true);
+    }
+  }
+
+  private onMessage(message: Buffer): void {
+    const type = message[0];
+    if (type === TERMINATE) {
+      this.socket.end();
+      return;
+    }
+    this.exchange.push(message);
+    if (type === SYNC || type === QUERY || type === FLUSH) {
+      const exchange = this.exchange;
+      this.exchange = [];
+      this.run(exchange, type !== FLUSH);
+    }
+  }
+
+  /** Runs messages on the shared session, holding it from an exchange's first message to its end. */
+  private run(messages: Buffer[], endsExchange: boolean): void {
+    this.work = this.work.then(async () => {
+      if (this.closed) return;
+      this.releaseSession ??= await this.session.acquire();
+      await this.db.runExclusive(() =>
+        this.db.execProtocolRawStream(Buffer.concat(messages), {
+          onRawData: (data) => {
+            if (!this.closed) this.socket.write(data);
+          },
+        }),
+      );
+      // An open transaction keeps the session: another connection's statements would otherwise run inside it.
+      if (endsExchange && !this.db.isInTransaction()) this.leaveSession();
+    });
+    this.work = this.work.catch(() => {
+      this.socket.destroy();
+    });
+  }
+
+  /** A client gone mid-exchange or mid-transaction leaves the session as a new one would find it. */
+  private async abandonSession(): Promise<void> {
+    if (!this.releaseSession) return;
+    try {
+      await this.db.runExclusive(() => this.db.execProtocolRaw(SYNC_MESSAGE));
+      if (this.db.isInTransaction()) await this.db.exec('ROLLBACK');
+    } finally {
+      this.leaveSession();
+    }
+  }
+
+  private leaveSession(): void {
+    this.releaseSession?.();
+    this.releaseSession = undefined;
   }
 }
 

@@ -1,6 +1,8 @@
 import { Logger, type OnApplicationShutdown } from '@nestjs/common';
 import pg from 'pg';
-import { CONNECT_TIMEOUT_MS, type PreparedStatement } from './data-source.js';
+import { ServiceUnavailableError } from '../common/unavailable.js';
+import { CONNECT_TIMEOUT_MS } from './data-source.js';
+import type { SqlStatement } from './database.js';
 
 /** How the pipeline's connections show in `pg_stat_activity`. */
 export const PIPELINE_APPLICATION_NAME = 'igs-statement-pipeline';
@@ -44,7 +46,7 @@ export class StatementPipeline implements OnApplicationShutdown {
     this.lanes = Array.from({ length: connections }, () => undefined);
   }
 
-  async query<T>(statement: PreparedStatement): Promise<T[]> {
+  async query<T>(statement: SqlStatement): Promise<T[]> {
     const lane = this.leastBusyLane();
     if (!lane.open) await lane.opened;
     this.holdWritesForThisTurn(lane);
@@ -65,8 +67,7 @@ export class StatementPipeline implements OnApplicationShutdown {
   }
 
   private leastBusyLane(): Lane {
-    // The problem filter answers "Connection terminated" as 503, as for a pool whose connections are gone.
-    if (this.closed) throw new Error('Connection terminated: the service is shutting down');
+    if (this.closed) throw new ServiceUnavailableError('database');
     let best = (this.lanes[0] ??= this.openLane(0));
     for (let slot = 1; slot < this.lanes.length; slot++) {
       const lane = (this.lanes[slot] ??= this.openLane(slot));

@@ -1,32 +1,26 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { Inject, Injectable } from '@nestjs/common';
-import { InjectDataSource } from '@nestjs/typeorm';
 import type { Request, Response } from 'express';
-import { DataSource } from 'typeorm';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
-import { queryPrepared } from '../database/data-source.js';
-import { HistoryItem, inputKeysOf, type StoredInput } from '../history/history-item.entity.js';
+import { inputKeysOf, type StoredInput } from '../jobs/history-item.entity.js';
+import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto } from './generation.dto.js';
-import { GenerationProducer } from './generation.producer.js';
 import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
 import { CreationRateLimit } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
 
 const PENDING_RETRY_AFTER_SECONDS = '5';
 
-type NewHistoryItem = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'inputs' | 'texts'>;
-
 @Injectable()
 export class GenerationService {
   constructor(
-    @InjectDataSource() private readonly dataSource: DataSource,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     private readonly config: AppConfig,
     private readonly uploads: UploadParser,
-    private readonly producer: GenerationProducer,
+    private readonly lifecycle: JobLifecycle,
     private readonly idempotency: IdempotencyKeys,
     private readonly rateLimit: CreationRateLimit,
   ) {}
@@ -70,10 +64,7 @@ export class GenerationService {
     }
   }
 
-  /**
-   * The row is written before the job is queued, so nothing accepted can be lost: if queueing fails, the
-   * row and inputs are removed again and the client is told to retry (503).
-   */
+  /** Stores the inputs privately and hands the item to the lifecycle, which records and queues it. */
   private async record(userId: string, upload: ValidUpload): Promise<StoredResponse> {
     const id = randomUUID();
     const stored: Record<string, StoredInput> = {};
@@ -83,55 +74,23 @@ export class GenerationService {
         await this.inputs.putFile(key, image.path);
         stored[name] = { key, format: image.format, width: image.width, height: image.height, bytes: image.bytes };
       }
-      await this.insertWithinPendingLimit({
-        id,
-        userId,
-        tool: upload.tool.id,
-        generationType: upload.generationType,
-        inputs: stored,
-        texts: upload.texts,
-      });
     } catch (error) {
       await this.inputs.delete(inputKeysOf(stored));
       throw error;
     }
-
-    try {
-      await this.producer.enqueue(id);
-    } catch (error) {
-      await this.dataSource.getRepository(HistoryItem).delete({ id });
-      await this.inputs.delete(inputKeysOf(stored));
-      throw error;
-    }
-    return {
-      status: 202,
-      headers: { Location: `/user/generation-history/${id}` },
-      body: JobAcceptedDto.of(id),
-    };
-  }
-
-  /** Inserts the item unless the user has reached the pending limit (atomically: see `create_history_item`). */
-  private async insertWithinPendingLimit(item: NewHistoryItem): Promise<void> {
-    const [{ created }] = await queryPrepared<{ created: boolean }>(this.dataSource, {
-      name: 'create-history-item',
-      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7) AS created',
-      values: [
-        item.id,
-        item.userId,
-        item.tool,
-        item.generationType,
-        item.inputs,
-        item.texts,
-        this.config.limitMaxPending,
-      ],
-    });
-    if (!created) {
+    const item = { id, userId, tool: upload.tool.id, generationType: upload.generationType, inputs: stored };
+    if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, this.config.limitMaxPending))) {
       throw new DomainError(
         'too_many_pending',
         `At most ${this.config.limitMaxPending} jobs may be pending at once; wait for some to finish.`,
         { headers: { 'Retry-After': PENDING_RETRY_AFTER_SECONDS } },
       );
     }
+    return {
+      status: 202,
+      headers: { Location: `/user/generation-history/${id}` },
+      body: JobAcceptedDto.of(id),
+    };
   }
 }
 

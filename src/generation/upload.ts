@@ -6,7 +6,7 @@ import sharp, { type Metadata } from 'sharp';
 import { type CatalogTool, findTool } from '../catalog/catalog.js';
 import { DomainError, type FieldError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
-import type { StoredInput } from '../history/history-item.entity.js';
+import type { StoredInput } from '../jobs/history-item.entity.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
 export type ImageFormat = StoredInput['format'];

@@ -5,7 +5,7 @@ import { CurrentUser } from '../auth/auth.decorators.js';
 import { isGenerationType } from '../catalog/catalog.js';
 import { DomainError } from '../common/problem.js';
 import { isUuid } from '../common/uuid.js';
-import type { JobStatus } from './history-item.entity.js';
+import type { JobStatus } from '../jobs/history-item.entity.js';
 import type { HistoryItemDto, HistoryPageDto } from './history.dto.js';
 import { type HistoryQuery, HistoryService } from './history.service.js';
 

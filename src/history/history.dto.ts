@@ -1,6 +1,6 @@
 import type { components } from '../generated/openapi.js';
 import { mediaPath } from '../media/media.js';
-import type { HistoryListRow } from './history.sql.js';
+import type { HistoryItemRow } from '../jobs/history.repository.js';
 
 type HistoryItemSchema = components['schemas']['HistoryItem'];
 type HistoryPageSchema = components['schemas']['HistoryPage'];
@@ -23,7 +23,7 @@ export class HistoryItemDto implements HistoryItemSchema {
    * Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL, on the
    * service itself or on whatever serves the media store (MEDIA_PUBLIC_BASE_URL).
    */
-  static from(item: HistoryListRow, mediaBaseUrl: string): HistoryItemDto {
+  static from(item: HistoryItemRow, mediaBaseUrl: string): HistoryItemDto {
     const complete = item.status === 'complete';
     const stock = mediaPath(item.id, 'stock');
     return {

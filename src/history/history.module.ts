@@ -1,11 +1,11 @@
 import { type MiddlewareConsumer, Module, type NestModule, RequestMethod } from '@nestjs/common';
 import { json } from 'express';
-import { QueueModule } from '../generation/queue.module.js';
+import { JobsModule } from '../jobs/jobs.module.js';
 import { HistoryController } from './history.controller.js';
 import { HistoryService } from './history.service.js';
 
 @Module({
-  imports: [QueueModule],
+  imports: [JobsModule],
   controllers: [HistoryController],
   providers: [HistoryService],
 })

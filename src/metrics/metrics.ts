@@ -1,10 +1,10 @@
 import { Injectable } from '@nestjs/common';
 import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
 import type { EngineSetting } from '../config/config.js';
-import type { JobErrorCode } from '../history/history-item.entity.js';
+import type { components } from '../generated/openapi.js';
 
 /** How a job ended for good: `complete`, or the error code its item records. */
-export type JobOutcome = 'complete' | JobErrorCode;
+export type JobOutcome = 'complete' | NonNullable<components['schemas']['HistoryItem']['error']>['code'];
 
 /** How one processing attempt ended: its result stored, thrown away (the item was deleted or ended), or failed. */
 export type AttemptResult = 'complete' | 'dropped' | 'failed';

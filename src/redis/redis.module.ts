@@ -8,7 +8,7 @@ import {
 } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import { AppConfig } from '../config/config.js';
-import { FAIL_FAST_OPTIONS } from './redis.js';
+import { FAIL_FAST_OPTIONS, ServiceRedis } from './redis.js';
 
 /** The shared connection for the service's own keys (limits, idempotency, health); Bull keeps its own. */
 export const REDIS = Symbol('REDIS');
@@ -42,7 +42,7 @@ class RedisLifecycle implements OnApplicationBootstrap, OnApplicationShutdown {
       provide: REDIS,
       inject: [AppConfig],
       useFactory: (config: AppConfig) => {
-        const redis = new Redis(config.redisUrl, { ...FAIL_FAST_OPTIONS, keyPrefix: `${config.redisPrefix}:` });
+        const redis = new ServiceRedis(config.redisUrl, { ...FAIL_FAST_OPTIONS, keyPrefix: `${config.redisPrefix}:` });
         // Connection errors surface on the commands that need Redis; the event itself needs no handling.
         redis.on('error', () => {});
         return redis;

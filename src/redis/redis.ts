@@ -1,4 +1,5 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import { Redis, type RedisOptions, ReplyError } from 'ioredis';
+import { ServiceUnavailableError } from '../common/unavailable.js';
 
 /**
  * Options for connections that answer requests: a command fails at once while Redis is down (no offline
@@ -38,5 +39,21 @@ export async function assertRedisReachable(url: string): Promise<void> {
     );
   } finally {
     probe.disconnect();
+  }
+}
+
+/**
+ * A connection whose failures reach callers as `ServiceUnavailableError`: a connection refused, dropped or too slow,
+ * and commands refused while it is down. Redis's own error replies (a script's error, a wrong type) are the caller's
+ * and pass as they are.
+ */
+export class ServiceRedis extends Redis {
+  override sendCommand(...args: Parameters<Redis['sendCommand']>): Promise<unknown> {
+    const translated = (super.sendCommand(...args) as Promise<unknown>).catch((error: unknown) => {
+      throw error instanceof ReplyError ? error : new ServiceUnavailableError('redis', { cause: error });
+    });
+    // A pipeline sends its commands here without taking the reply (it reads them from the commands themselves).
+    translated.catch(() => {});
+    return translated;
   }
 }

@@ -1,4 +1,3 @@
-import { InjectQueue } from '@nestjs/bull';
 import {
   type BeforeApplicationShutdown,
   Inject,
@@ -6,23 +5,20 @@ import {
   Logger,
   type OnApplicationBootstrap,
 } from '@nestjs/common';
-import { InjectDataSource } from '@nestjs/typeorm';
-import type { Job, Queue } from 'bull';
-import { DataSource } from 'typeorm';
 import { AppConfig } from '../config/config.js';
-import { GENERATE_JOB, type GenerateJobData, GENERATION_QUEUE } from '../generation/generation.queue.js';
-import { HistoryItem, inputKeysOf } from '../history/history-item.entity.js';
+import { HistoryRepository } from '../jobs/history.repository.js';
+import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { INPUT_STORE, MEDIA_STORE, outputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
-import { PermanentEngineError } from './engines/engine.js';
+import { type Delivery, JobQueue } from '../queue/job-queue.js';
+import { EngineTimeoutError, PermanentEngineError } from './engines/engine.js';
 import { EngineRegistry } from './engines/engine-registry.js';
-import { JobOutcomes } from './job-outcomes.js';
 import { renderOutputs } from './renderer.js';
 
 /**
- * Runs generation jobs. Bull delivers a job at least once, so every step is safe to repeat: outputs go
- * to fixed keys, and the final status is written only while the item is still pending.
+ * Runs generation jobs. The queue delivers a job at least once, so every step is safe to repeat: outputs go to fixed
+ * keys, and the lifecycle records an outcome only while the item is still pending.
  */
 @Injectable()
 export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplicationShutdown {
@@ -31,26 +27,22 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   private readonly shutdown = new AbortController();
 
   constructor(
-    @InjectQueue(GENERATION_QUEUE) private readonly queue: Queue<GenerateJobData>,
-    @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly queue: JobQueue,
+    private readonly items: HistoryRepository,
+    private readonly lifecycle: JobLifecycle,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
-    private readonly outcomes: JobOutcomes,
     private readonly engines: EngineRegistry,
     private readonly config: AppConfig,
     private readonly metrics: Metrics,
   ) {}
 
   onApplicationBootstrap(): void {
-    void this.queue.process(GENERATE_JOB, this.config.workerConcurrency, (job) => this.run(job));
+    this.queue.process(this.config.workerConcurrency, (delivery) => this.run(delivery));
     // Jobs that failed without reaching the processor's own bookkeeping (stalled too often) end here.
-    this.queue.on('failed', (job: Job<GenerateJobData>, error: Error) => {
-      if (job.attemptsMade >= (job.opts.attempts ?? 1)) {
-        this.logger.warn({ id: job.data.historyItemId, err: error.message }, 'job failed');
-        void this.outcomes
-          .fail(job.data.historyItemId, 'engine_failed', 'The job could not be processed.')
-          .catch(() => {});
-      }
+    this.queue.onFinalFailure((id, error) => {
+      this.logger.warn({ id, err: error.message }, 'job failed');
+      void this.lifecycle.fail(id, 'engine_failed', 'The job could not be processed.').catch(() => {});
     });
   }
 
@@ -67,27 +59,19 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     }
   }
 
-  async run(job: Job<GenerateJobData>): Promise<void> {
-    const id = job.data.historyItemId;
-    const item = await this.dataSource.getRepository(HistoryItem).findOneBy({ id });
-    if (!item || item.status !== 'pending') {
-      // A run killed after recording the outcome but before deleting files is delivered again (its job stalled):
-      // finish its clean-up, so that no input photo outlives the job. Only a complete item keeps its outputs.
-      // A deleted item's inputs went with its row: the request that deleted it removed them.
-      await Promise.all([
-        item ? this.inputs.delete(inputKeysOf(item.inputs)) : undefined,
-        item?.status === 'complete' ? undefined : this.media.deleteFolder(id),
-      ]);
-      return;
-    }
+  async run(delivery: Delivery): Promise<void> {
+    const id = delivery.historyItemId;
+    const item = await this.items.findJob(id);
+    if (item?.status !== 'pending') return this.lifecycle.removeLeftovers(id, item);
     // A later attempt's wait includes its backoff, which says nothing about the queue.
-    if (job.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - job.timestamp) / 1000);
+    if (delivery.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - delivery.queuedAt) / 1000);
     const endAttempt = this.metrics.startAttempt(item.tool);
+    const deadline = AbortSignal.timeout(this.config.engineTimeoutMs);
 
     try {
       const images: Record<string, Buffer> = {};
       for (const [name, input] of Object.entries(item.inputs)) images[name] = await this.inputs.get(input.key);
-      const signal = AbortSignal.any([this.shutdown.signal, AbortSignal.timeout(this.config.engineTimeoutMs)]);
+      const signal = AbortSignal.any([this.shutdown.signal, deadline]);
       const started = performance.now();
       const result = await this.metrics.timeEngine(item.tool, this.config.engines[item.tool].kind, () =>
         this.engines
@@ -95,7 +79,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
           .generate({ tool: item.tool, generationType: item.generationType, images, texts: item.texts, signal }),
       );
       const outputs = await renderOutputs(result, this.config.imageMaxPixels);
-      const completed = await this.outcomes.complete(id, async () => {
+      const completed = await this.lifecycle.complete(id, async () => {
         await Promise.all([
           this.media.put(outputKey(id, 'stock'), outputs.stock),
           this.media.put(outputKey(id, 'preview'), outputs.preview),
@@ -107,39 +91,34 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       else this.logger.log({ id, tool: item.tool, ms }, 'result dropped: the item was deleted or ended meanwhile');
     } catch (error) {
       endAttempt('failed');
-      await this.fail(job, error);
+      await this.fail(delivery, error, deadline.aborted);
     }
   }
 
-  /** Permanent failures end the job at once; others are retried by Bull until the last attempt. */
-  private async fail(job: Job<GenerateJobData>, error: unknown): Promise<never> {
-    const id = job.data.historyItemId;
+  /** Permanent failures end the job at once; others are retried by the queue until the last attempt. */
+  private async fail(delivery: Delivery, error: unknown, pastDeadline: boolean): Promise<never> {
+    const id = delivery.historyItemId;
     const message = error instanceof Error ? error.message : String(error);
     if (this.shutdown.signal.aborted) throw error;
     if (error instanceof PermanentEngineError) {
       this.logger.warn({ id, code: error.code, err: message }, 'job failed permanently');
       // The engine's own message (its URL, its answer) stays in the log above; the client reads plain words.
-      await this.outcomes.fail(
+      await this.lifecycle.fail(
         id,
         error.code,
         error.code === 'invalid_image'
           ? 'An input image could not be decoded.'
           : 'The engine could not process the job.',
       );
-      await job.discard();
+      await delivery.discard();
       throw error;
     }
-    const lastAttempt = job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
-    this.logger.warn({ id, attempt: job.attemptsMade + 1, err: message }, 'job attempt failed');
-    if (lastAttempt) {
-      await (isTimeout(error)
-        ? this.outcomes.fail(id, 'timeout', 'The engine did not answer in time.')
-        : this.outcomes.fail(id, 'engine_failed', `The engine failed ${job.attemptsMade + 1} times.`));
+    this.logger.warn({ id, attempt: delivery.attemptsMade + 1, err: message }, 'job attempt failed');
+    if (delivery.isLastAttempt) {
+      await (pastDeadline || error instanceof EngineTimeoutError
+        ? this.lifecycle.fail(id, 'timeout', 'The engine did not answer in time.')
+        : this.lifecycle.fail(id, 'engine_failed', `The engine failed ${delivery.attemptsMade + 1} times.`));
     }
     throw error;
   }
-}
-
-function isTimeout(error: unknown): boolean {
-  return error instanceof Error && (error.name === 'TimeoutError' || /timed? ?out/i.test(error.message));
 }

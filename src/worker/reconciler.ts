@@ -1,18 +1,10 @@
-import { InjectQueue } from '@nestjs/bull';
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
-import { InjectDataSource } from '@nestjs/typeorm';
-import type { Queue } from 'bull';
 import type { Redis } from 'ioredis';
-import { DataSource } from 'typeorm';
 import { AppConfig } from '../config/config.js';
-import {
-  GENERATE_JOB,
-  type GenerateJobData,
-  GENERATION_QUEUE,
-  generateJobOptions,
-} from '../generation/generation.queue.js';
+import { HistoryRepository } from '../jobs/history.repository.js';
+import { JobLifecycle } from '../jobs/job-lifecycle.js';
+import { JobQueue } from '../queue/job-queue.js';
 import { REDIS } from '../redis/redis.module.js';
-import { JobOutcomes } from './job-outcomes.js';
 
 /** An item this young may still be between its insert and its enqueue in the API. */
 const ORPHAN_GRACE_SECONDS = 10;
@@ -30,10 +22,10 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
   private sweeping?: Promise<void>;
 
   constructor(
-    @InjectDataSource() private readonly dataSource: DataSource,
-    @InjectQueue(GENERATION_QUEUE) private readonly queue: Queue<GenerateJobData>,
+    private readonly items: HistoryRepository,
+    private readonly queue: JobQueue,
     @Inject(REDIS) private readonly redis: Redis,
-    private readonly outcomes: JobOutcomes,
+    private readonly lifecycle: JobLifecycle,
     private readonly config: AppConfig,
   ) {}
 
@@ -66,39 +58,26 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
 
   private async expireOverdue(): Promise<number> {
     let count = 0;
-    for (const id of await this.pendingOlderThan(this.config.jobDeadlineMs / 1000)) {
-      if (await this.outcomes.fail(id, 'timeout', 'The job did not finish in time.')) count++;
-      await (await this.queue.getJob(id))?.remove().catch(() => {});
+    for (const id of await this.items.pendingOlderThan(this.config.jobDeadlineMs / 1000, SWEEP_BATCH)) {
+      if (await this.lifecycle.fail(id, 'timeout', 'The job did not finish in time.')) count++;
+      await this.queue.drop(id);
     }
     return count;
   }
 
   private async requeueOrphans(): Promise<number> {
     let count = 0;
-    for (const id of await this.pendingOlderThan(ORPHAN_GRACE_SECONDS)) {
-      const job = await this.queue.getJob(id);
-      const state = job ? await job.getState() : undefined;
+    for (const id of await this.items.pendingOlderThan(ORPHAN_GRACE_SECONDS, SWEEP_BATCH)) {
+      const state = await this.queue.stateOf(id);
       // Gone from Redis (lost, evicted), or ended without its row being updated: queue it again. A failed job whose
       // item is still pending could not write its outcome, so the database was down at its last attempt, and its
       // attempts may all have failed on the database rather than the engine: ending it as engine_failed would blame
       // the engine for an outage. Run again, a job whose engine really fails ends as error; JOB_DEADLINE_MS bounds it.
       if (state === undefined || state === 'completed' || state === 'failed') {
-        await job?.remove();
-        await this.queue.add(GENERATE_JOB, { historyItemId: id }, generateJobOptions(this.config, id));
+        await this.queue.requeue(id);
         count++;
       }
     }
     return count;
-  }
-
-  /** The oldest pending items created more than `seconds` ago, a batch at a time (partial index on pending). */
-  private async pendingOlderThan(seconds: number): Promise<string[]> {
-    const rows = (await this.dataSource.query(
-      `SELECT id FROM history_items
-        WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)
-        ORDER BY created_at LIMIT $2`,
-      [seconds, SWEEP_BATCH],
-    )) as { id: string }[];
-    return rows.map((row) => row.id);
   }
 }

@@ -1,13 +1,13 @@
 import { Socket } from 'node:net';
 import pg from 'pg';
-import { isUnavailable } from '../../src/common/problem.filter.js';
-import type { PreparedStatement } from '../../src/database/data-source.js';
+import { ServiceUnavailableError } from '../../src/common/unavailable.js';
+import { type SqlStatement, translateDatabaseError } from '../../src/database/database.js';
 import { PIPELINE_APPLICATION_NAME, StatementPipeline } from '../../src/database/statement-pipeline.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { waitUntil } from '../support/harness.js';
 import { freePort } from '../support/service.js';
 
-const echo = (value: unknown): PreparedStatement => ({ name: 'echo', text: 'SELECT $1::int AS n', values: [value] });
+const echo = (value: unknown): SqlStatement => ({ name: 'echo', text: 'SELECT $1::int AS n', values: [value] });
 
 /** The error a promise rejected with (fails the test when it was fulfilled). */
 async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
@@ -162,3 +162,8 @@ describe('StatementPipeline on a real PostgreSQL', () => {
     expect(isUnavailable(await rejectionOf(sut.query(echo(2))))).toBe(true);
   });
 });
+
+/** What a client of the database is told of a pipelined statement's failure (see `Database`). */
+function isUnavailable(error: unknown): boolean {
+  return translateDatabaseError(error) instanceof ServiceUnavailableError;
+}

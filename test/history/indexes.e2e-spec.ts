@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { CATALOG } from '../../src/catalog/catalog.js';
-import type { SqlStatement } from '../../src/database/data-source.js';
-import { type HistoryQuery, historyListSql } from '../../src/history/history.sql.js';
+import type { SqlStatement } from '../../src/database/database.js';
+import { type HistoryQuery, historyListStatements } from '../../src/jobs/history.repository.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import { Client, connect, userIdOf } from './history-support.js';
@@ -136,7 +136,7 @@ describe('the indexes behind GET /user/generation-history', () => {
     );
     expect(rows[0]).toEqual({ users: OTHER_USERS + 1, rows: ROWS, heavy: ROWS / HEAVY_EVERY });
     for (const { filter } of FILTERS) {
-      const { count } = historyListSql(heavyId, { page: 1, limit: LIMIT, ...filter });
+      const { count } = historyListStatements(heavyId, { page: 1, limit: LIMIT, ...filter });
       const [{ total }] = (await db.query<{ total: number }>(count.text, count.values)).rows;
       // Enough rows under every filter that the planner has a real choice to make.
       expect(total).toBeGreaterThan(100);
@@ -150,7 +150,7 @@ describe('the indexes behind GET /user/generation-history', () => {
     ])(
       'finds page %i (OFFSET %i) by walking the index backwards, without a Sort or a Seq Scan',
       async (page, offset) => {
-        const { page: statement } = historyListSql(heavyId, { page, limit: LIMIT, ...filter });
+        const { page: statement } = historyListStatements(heavyId, { page, limit: LIMIT, ...filter });
         expect(statement.text).toMatch(/ORDER BY created_at DESC, id DESC\s+LIMIT \$\d+ OFFSET \$\d+/);
         expect(statement.values.slice(-2)).toEqual([LIMIT, offset]);
 
@@ -176,7 +176,7 @@ describe('the indexes behind GET /user/generation-history', () => {
     );
 
     it('answers the total from the per-user counts on their primary key, and it is exact', async () => {
-      const { count } = historyListSql(heavyId, { page: 1, limit: LIMIT, ...filter });
+      const { count } = historyListStatements(heavyId, { page: 1, limit: LIMIT, ...filter });
 
       const nodes = await explain(count);
       const [{ total }] = (await db.query<{ total: number }>(count.text, count.values)).rows;
@@ -209,7 +209,7 @@ describe('the indexes behind GET /user/generation-history', () => {
       const all = reference.rows.map((row) => row.id);
       for (const page of [1, 2, 5]) {
         const expected = all.slice((page - 1) * LIMIT, page * LIMIT);
-        const { page: statement, count } = historyListSql(heavyId, { page, limit: LIMIT, ...filter });
+        const { page: statement, count } = historyListStatements(heavyId, { page, limit: LIMIT, ...filter });
         const rows = (await db.query<{ id: string }>(statement.text, statement.values)).rows;
         const [{ total }] = (await db.query<{ total: number }>(count.text, count.values)).rows;
 

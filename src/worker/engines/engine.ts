@@ -36,3 +36,22 @@ export class PermanentEngineError extends Error {
     this.name = 'PermanentEngineError';
   }
 }
+
+/**
+ * A failure that may succeed on retry: timeout, server unreachable or reset, HTTP 5xx, 409 (a model server busy with
+ * another prediction), 408, 429. The worker retries it until the job's attempts run out.
+ */
+export class TransientEngineError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'TransientEngineError';
+  }
+}
+
+/** The engine did not answer in time; if the job's last attempt ends so, the job's error is `timeout`. */
+export class EngineTimeoutError extends TransientEngineError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'EngineTimeoutError';
+  }
+}

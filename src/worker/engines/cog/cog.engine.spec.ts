@@ -10,7 +10,8 @@ import type { AddressInfo } from 'node:net';
 import sharp from 'sharp';
 
 import { PermanentEngineError, type EngineRequest } from '../engine.js';
-import { CogEngine, TransientEngineError, buildPredictionBody, detectImageMime } from './cog.engine.js';
+import { EngineTimeoutError, TransientEngineError } from '../engine.js';
+import { CogEngine, buildPredictionBody, detectImageMime } from './cog.engine.js';
 
 interface RecordedRequest {
   method: string;
@@ -214,7 +215,7 @@ describe('CogEngine', () => {
       const error = await rejection(sut.generate(request()));
 
       expectTransient(error);
-      expect((error as Error).message).toMatch(/timed out/);
+      expect(error).toBeInstanceOf(EngineTimeoutError);
     });
 
     it('maps connection refused', async () => {

@@ -1,23 +1,19 @@
 import sharp from 'sharp';
 
-import { PermanentEngineError, type Engine, type EngineImage, type EngineRequest } from '../engine.js';
+import {
+  EngineTimeoutError,
+  PermanentEngineError,
+  TransientEngineError,
+  type Engine,
+  type EngineImage,
+  type EngineRequest,
+} from '../engine.js';
 
 export interface CogEngineOptions {
   /** Limit for the prediction request (sending, running, answering) and, separately, for an output download. */
   timeoutMs: number;
   /** Largest output image accepted, in decoded bytes. */
   maxOutputBytes: number;
-}
-
-/**
- * A failure that may succeed on retry: timeout, server unreachable or reset, HTTP 5xx, 409 (Cog busy with another
- * prediction), 408, 429. A plain `Error` subclass, so the worker retries it.
- */
-export class TransientEngineError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'TransientEngineError';
-  }
 }
 
 export type ImageMime = 'image/jpeg' | 'image/png' | 'image/webp';
@@ -195,7 +191,7 @@ export class CogEngine implements Engine {
       if (callerSignal?.aborted) throw callerSignal.reason;
       if (error instanceof PermanentEngineError || error instanceof TransientEngineError) throw error;
       if (timeout.aborted) {
-        throw new TransientEngineError(`${what} timed out after ${this.options.timeoutMs} ms (${target})`, {
+        throw new EngineTimeoutError(`${what} timed out after ${this.options.timeoutMs} ms (${target})`, {
           cause: error,
         });
       }

@@ -1,7 +1,7 @@
 import type { JobOptions } from 'bull';
 import type { AppConfig } from '../config/config.js';
 
-/** Queue, job name and payload in one place: the producer and the worker must agree on all three. */
+/** Queue, job name and payload in one place: `JobQueue` queues and delivers them. */
 export const GENERATION_QUEUE = 'generation';
 export const GENERATE_JOB = 'generate';
 

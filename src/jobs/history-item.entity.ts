@@ -1,8 +1,11 @@
 import { Check, Column, Entity, Index, JoinColumn, ManyToOne, PrimaryColumn, type Relation } from 'typeorm';
 import { User } from '../auth/user.entity.js';
+import type { components } from '../generated/openapi.js';
 
-export type JobStatus = 'pending' | 'complete' | 'error';
-export type JobErrorCode = 'invalid_image' | 'engine_failed' | 'timeout' | 'canceled';
+type HistoryItemSchema = components['schemas']['HistoryItem'];
+
+export type JobStatus = HistoryItemSchema['status'];
+export type JobErrorCode = NonNullable<HistoryItemSchema['error']>['code'];
 
 /** Where a stored input lives (private storage) and what its bytes were found to be at upload. */
 export interface StoredInput {

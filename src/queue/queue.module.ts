@@ -3,7 +3,9 @@ import { Module, type OnApplicationShutdown } from '@nestjs/common';
 import { Redis, type RedisOptions } from 'ioredis';
 import { AppConfig } from '../config/config.js';
 import { FAIL_FAST_OPTIONS } from '../redis/redis.js';
-import { GENERATION_QUEUE } from './generation.queue.js';
+import { JobQueue } from './job-queue.js';
+import { QueueDepth } from './queue-depth.js';
+import { GENERATION_QUEUE } from './queues.js';
 
 /** Bull's Redis connections; Bull does not close connections it did not create itself. */
 class QueueConnections implements OnApplicationShutdown {
@@ -46,6 +48,7 @@ class QueueConnectionsModule {}
     }),
     BullModule.registerQueue({ name: GENERATION_QUEUE }),
   ],
-  exports: [BullModule],
+  providers: [JobQueue, QueueDepth],
+  exports: [JobQueue],
 })
 export class QueueModule {}

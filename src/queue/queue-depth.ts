@@ -1,9 +1,7 @@
-import { InjectQueue } from '@nestjs/bull';
 import { Injectable } from '@nestjs/common';
-import type { Queue } from 'bull';
 import { Gauge } from 'prom-client';
-import { GENERATION_QUEUE } from '../generation/generation.queue.js';
-import { Metrics } from './metrics.js';
+import { Metrics } from '../metrics/metrics.js';
+import { JobQueue } from './job-queue.js';
 
 const STATES = ['waiting', 'active', 'delayed', 'failed'] as const;
 
@@ -13,7 +11,7 @@ const STATES = ['waiting', 'active', 'delayed', 'failed'] as const;
  */
 @Injectable()
 export class QueueDepth {
-  constructor(metrics: Metrics, @InjectQueue(GENERATION_QUEUE) queue: Queue) {
+  constructor(metrics: Metrics, queue: JobQueue) {
     const gauge: Gauge<'state'> = new Gauge({
       name: 'igs_queue_jobs',
       help: 'Jobs in the generation queue by state (waiting, active, delayed, failed), read from Redis at scrape time',
@@ -21,7 +19,7 @@ export class QueueDepth {
       registers: [metrics.registry],
       async collect() {
         try {
-          const counts = await queue.getJobCounts();
+          const counts = await queue.counts();
           for (const state of STATES) gauge.set({ state }, counts[state]);
         } catch {
           // No figures while Redis is down rather than stale ones; the scrape itself still succeeds.

@@ -1,0 +1,196 @@
+import { Injectable } from '@nestjs/common';
+import { Database, type SqlStatement } from '../database/database.js';
+import type { HistoryItem, JobErrorCode, JobStatus } from './history-item.entity.js';
+
+/** What a new item is made of; the rest of its columns start at their defaults (pending, now). */
+export type NewHistoryItem = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'inputs' | 'texts'>;
+
+/** An item as clients see it: the fields a `HistoryItemDto` is made from, named as on the entity. */
+export type HistoryItemRow = Pick<
+  HistoryItem,
+  | 'id'
+  | 'tool'
+  | 'generationType'
+  | 'status'
+  | 'like'
+  | 'errorCode'
+  | 'errorMessage'
+  | 'createdAt'
+  | 'updatedAt'
+  | 'completedAt'
+>;
+
+/** What a worker needs to run an item's job. */
+export type JobRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'status' | 'inputs' | 'texts'>;
+
+/** What ending or removing an item leaves to clean up: its inputs, and whose it was. */
+export type EndedRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'status' | 'inputs'>;
+
+export interface HistoryQuery {
+  page: number;
+  limit: number;
+  status?: JobStatus;
+  generationType?: string;
+}
+
+/** The columns of a `HistoryItemRow`, read from `history_items` aliased `h`. */
+const ITEM_COLUMNS = `h.id, h.tool, h.generation_type AS "generationType", h.status, h."like",
+       h.error_code AS "errorCode", h.error_message AS "errorMessage",
+       h.created_at AS "createdAt", h.updated_at AS "updatedAt", h.completed_at AS "completedAt"`;
+
+const ENDED_COLUMNS = `id, user_id AS "userId", tool, status, inputs`;
+
+/**
+ * Every statement on the job tables (`history_items`, and `history_counts` that triggers keep), and the only place
+ * they are written. The status changes here are guarded by the current status; `JobLifecycle` is their one caller.
+ */
+@Injectable()
+export class HistoryRepository {
+  constructor(private readonly db: Database) {}
+
+  /**
+   * Inserts the item unless its user already has `maxPending` pending items (atomically, under a per-user lock: see
+   * the `create_history_item` migration). Resolves false when the limit refused it.
+   */
+  async createWithinPendingLimit(item: NewHistoryItem, maxPending: number): Promise<boolean> {
+    const [{ created }] = await this.db.query<{ created: boolean }>({
+      name: 'create-history-item',
+      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7) AS created',
+      values: [item.id, item.userId, item.tool, item.generationType, item.inputs, item.texts, maxPending],
+    });
+    return created;
+  }
+
+  /** One item of a user's, by id: the statement clients poll most of all. */
+  async findOwned(userId: string, id: string): Promise<HistoryItemRow | undefined> {
+    const [row] = await this.db.read<HistoryItemRow>({
+      name: 'history-item',
+      text: `SELECT ${ITEM_COLUMNS} FROM history_items h WHERE h.id = $1 AND h.user_id = $2`,
+      values: [id, userId],
+    });
+    return row;
+  }
+
+  async findJob(id: string): Promise<JobRow | undefined> {
+    const [row] = await this.db.query<JobRow>({
+      text: `SELECT id, user_id AS "userId", tool, generation_type AS "generationType", status, inputs, texts
+               FROM history_items WHERE id = $1`,
+      values: [id],
+    });
+    return row;
+  }
+
+  /** One page of a user's history, newest first, ties by id, and the number of items the filters match. */
+  async list(userId: string, query: HistoryQuery): Promise<{ rows: HistoryItemRow[]; total: number }> {
+    const statements = historyListStatements(userId, query);
+    const [rows, [{ total }]] = await Promise.all([
+      this.db.query<HistoryItemRow>(statements.page),
+      this.db.query<{ total: number }>(statements.count),
+    ]);
+    return { rows, total };
+  }
+
+  /** Sets the like of a complete item; resolves the item's status when it is not complete, undefined when missing. */
+  async setLike(userId: string, id: string, like: boolean | null): Promise<'updated' | JobStatus | undefined> {
+    const updated = await this.db.query({
+      text: `UPDATE history_items SET "like" = $3, updated_at = now()
+              WHERE id = $1 AND user_id = $2 AND status = 'complete' RETURNING id`,
+      values: [id, userId, like],
+    });
+    if (updated.length > 0) return 'updated';
+    const [row] = await this.db.query<{ status: JobStatus }>({
+      text: 'SELECT status FROM history_items WHERE id = $1 AND user_id = $2',
+      values: [id, userId],
+    });
+    return row?.status;
+  }
+
+  /**
+   * Runs `work` while holding the row lock of the item, if it is still pending, and marks it complete when `work`
+   * resolves. Resolves undefined, without running `work`, when the item is gone or already final.
+   */
+  async completeWhilePending(id: string, work: () => Promise<void>): Promise<EndedRow | undefined> {
+    return this.db.transaction(async (tx) => {
+      const [row] = await tx.query<EndedRow>({
+        text: `SELECT ${ENDED_COLUMNS} FROM history_items WHERE id = $1 AND status = 'pending' FOR UPDATE`,
+        values: [id],
+      });
+      if (!row) return undefined;
+      await work();
+      await tx.query({
+        text: `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now() WHERE id = $1`,
+        values: [id],
+      });
+      return { ...row, status: 'complete' };
+    });
+  }
+
+  /** Marks the item `error` if it is still pending; resolves undefined when it is gone or already final. */
+  async failWhilePending(id: string, code: JobErrorCode, message: string): Promise<EndedRow | undefined> {
+    const [row] = await this.db.query<EndedRow>({
+      text: `UPDATE history_items
+                SET status = 'error', error_code = $2, error_message = $3, completed_at = now(), updated_at = now()
+              WHERE id = $1 AND status = 'pending' RETURNING ${ENDED_COLUMNS}`,
+      values: [id, code, message],
+    });
+    return row;
+  }
+
+  /** Deletes a user's item; resolves what it was, or undefined when there was none. */
+  async deleteOwned(userId: string, id: string): Promise<EndedRow | undefined> {
+    const [row] = await this.db.query<EndedRow>({
+      text: `DELETE FROM history_items WHERE id = $1 AND user_id = $2 RETURNING ${ENDED_COLUMNS}`,
+      values: [id, userId],
+    });
+    return row;
+  }
+
+  /** The ids of the oldest pending items created more than `seconds` ago (partial index on pending). */
+  async pendingOlderThan(seconds: number, limit: number): Promise<string[]> {
+    const rows = await this.db.query<{ id: string }>({
+      text: `SELECT id FROM history_items
+              WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)
+              ORDER BY created_at LIMIT $2`,
+      values: [seconds, limit],
+    });
+    return rows.map((row) => row.id);
+  }
+}
+
+/**
+ * The two statements behind one page of a user's history (exported for the test of the plans they get).
+ *
+ * The page is found on the index that matches the filters (`history_items_user[_status][_type]_created`, walked
+ * backwards) reading only the index's own columns, and just the rows of the page are then fetched by primary key:
+ * deep pages skip over index entries instead of fetching and sorting every row of the user. The total comes from the
+ * trigger-kept counts: a few rows, however long the user's history is.
+ */
+export function historyListStatements(
+  userId: string,
+  query: HistoryQuery,
+): { page: SqlStatement; count: SqlStatement } {
+  const values: unknown[] = [userId];
+  const conditions = ['user_id = $1'];
+  if (query.status) {
+    values.push(query.status);
+    conditions.push(`status = $${values.length}`);
+  }
+  if (query.generationType) {
+    values.push(query.generationType);
+    conditions.push(`generation_type = $${values.length}`);
+  }
+  const where = conditions.join(' AND ');
+  return {
+    page: {
+      text: `SELECT ${ITEM_COLUMNS}
+               FROM (SELECT id, created_at FROM history_items
+                      WHERE ${where}
+                      ORDER BY created_at DESC, id DESC
+                      LIMIT $${values.length + 1} OFFSET $${values.length + 2}) AS page
+               JOIN history_items h ON h.id = page.id
+              ORDER BY page.created_at DESC, page.id DESC`,
+      values: [...values, query.limit, (query.page - 1) * query.limit],
+    },
+    count: { text: `SELECT coalesce(sum(count), 0)::int AS total FROM history_counts WHERE ${where}`, values },
+  };
+}

@@ -1,0 +1,118 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
+import type { ObjectStore } from '../media/object-store.js';
+import { Metrics } from '../metrics/metrics.js';
+import { JobQueue } from '../queue/job-queue.js';
+import { inputKeysOf, type JobErrorCode } from './history-item.entity.js';
+import { type EndedRow, HistoryRepository, type JobRow, type NewHistoryItem } from './history.repository.js';
+import { JobEvents } from './job-events.js';
+
+/**
+ * The one place a job changes state, with the files each change leaves behind and the event it announces:
+ *
+ *   (accepted) -> pending -> complete | error        both final; nothing else, ever
+ *   any state  -> (deleted)
+ *
+ * Every change is a database update guarded by the current status, so of two deliveries of one job, a worker and
+ * the reconciler, or a worker and a delete, exactly one decides the outcome. The inputs (people's photos) are
+ * removed as soon as the item is final or gone; the outputs exist only for a complete item.
+ */
+@Injectable()
+export class JobLifecycle {
+  constructor(
+    private readonly items: HistoryRepository,
+    private readonly queue: JobQueue,
+    private readonly events: JobEvents,
+    private readonly metrics: Metrics,
+    @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
+    @Inject(MEDIA_STORE) private readonly media: ObjectStore,
+  ) {}
+
+  /**
+   * Records the item (its inputs already stored) and queues its job. The row is written first and is the outbox the
+   * reconciler re-queues from; if queueing fails, the row and inputs go again and the error is passed on, so nothing
+   * half-accepted stays behind. Resolves false, storing nothing, when the user has `maxPending` pending items.
+   */
+  async accept(item: NewHistoryItem, maxPending: number): Promise<boolean> {
+    if (!(await this.items.createWithinPendingLimit(item, maxPending))) {
+      await this.inputs.delete(inputKeysOf(item.inputs));
+      return false;
+    }
+    try {
+      await this.queue.enqueue(item.id);
+    } catch (error) {
+      await this.items.deleteOwned(item.userId, item.id);
+      await this.inputs.delete(inputKeysOf(item.inputs));
+      throw error;
+    }
+    this.events.announce({ kind: 'created', historyItemId: item.id, userId: item.userId, status: 'pending' });
+    return true;
+  }
+
+  /**
+   * Writes the outputs (`writeOutputs`) and marks the item complete while holding its row lock. A delete, the
+   * reconciler's timeout or another delivery of the same job either waits for this to commit or finds the item gone
+   * or final first, and then nothing is written: a deleted item never gets media files, not even for a moment, and a
+   * complete item's files are never rewritten. Resolves false when the result was dropped.
+   */
+  async complete(id: string, writeOutputs: () => Promise<void>): Promise<boolean> {
+    const item = await this.items.completeWhilePending(id, async () => {
+      // A run killed between a temporary file and its rename left partial files; under the lock no other run writes.
+      await this.media.deleteFolder(id);
+      await writeOutputs();
+    });
+    if (!item) return false;
+    await this.ended(item, 'complete');
+    return true;
+  }
+
+  /** `message` is what the client reads in `error.message`: plain words, nothing from inside the machine. */
+  async fail(id: string, code: JobErrorCode, message: string): Promise<boolean> {
+    const item = await this.items.failWhilePending(id, code, message);
+    if (!item) return false;
+    await this.ended(item, code);
+    return true;
+  }
+
+  /**
+   * Deletes a user's item, whatever its state: gone for the client at once. A queued job is dropped; a running one
+   * finds the item gone when it finishes and throws its result away. Resolves false when the user has no such item.
+   */
+  async delete(userId: string, id: string): Promise<boolean> {
+    const item = await this.items.deleteOwned(userId, id);
+    if (!item) return false;
+    await this.queue.drop(id);
+    await this.removeFiles(item, { keepOutputs: false });
+    this.events.announce({ kind: 'deleted', historyItemId: id, userId, status: item.status });
+    return true;
+  }
+
+  /**
+   * Finishes the clean-up of an item a job found final or gone: a run killed after recording the outcome but before
+   * removing files is delivered again, and no input photo may outlive its job.
+   */
+  async removeLeftovers(id: string, item: JobRow | undefined): Promise<void> {
+    // A deleted item's inputs went with its row: the request that deleted it removed them.
+    if (item?.status === 'pending') return;
+    if (item) await this.removeFiles(item, { keepOutputs: item.status === 'complete' });
+    else await this.media.deleteFolder(id);
+  }
+
+  private async ended(item: EndedRow, outcome: 'complete' | JobErrorCode): Promise<void> {
+    this.metrics.countJobOutcome(item.tool, outcome);
+    await this.removeFiles(item, { keepOutputs: outcome === 'complete' });
+    this.events.announce({
+      kind: outcome === 'complete' ? 'completed' : 'failed',
+      historyItemId: item.id,
+      userId: item.userId,
+      status: item.status,
+    });
+  }
+
+  private async removeFiles(item: EndedRow, { keepOutputs }: { keepOutputs: boolean }): Promise<void> {
+    await Promise.all([
+      this.inputs.delete(inputKeysOf(item.inputs)),
+      keepOutputs ? undefined : this.media.deleteFolder(item.id),
+    ]);
+  }
+}

@@ -1,0 +1,18 @@
+import { Module } from '@nestjs/common';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { QueueModule } from '../queue/queue.module.js';
+import { HistoryCount } from './history-count.entity.js';
+import { HistoryItem } from './history-item.entity.js';
+import { HistoryRepository } from './history.repository.js';
+import { JobEvents } from './job-events.js';
+import { JobLifecycle } from './job-lifecycle.js';
+
+export const JOB_ENTITIES = [HistoryItem, HistoryCount];
+
+/** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
+@Module({
+  imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule],
+  providers: [HistoryRepository, JobLifecycle, JobEvents],
+  exports: [HistoryRepository, JobLifecycle, JobEvents, QueueModule],
+})
+export class JobsModule {}
