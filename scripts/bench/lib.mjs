@@ -31,7 +31,7 @@ export const ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 export const REDIS_URL = 'redis://127.0.0.1:6379';
 export const HOST = '127.0.0.1';
 
-/** Imports a module of the built service, e.g. `fromDist('auth/api-key.js')`. */
+/** Imports a module of the built service, e.g. `fromDist('common/api-key.js')`. */
 export function fromDist(path) {
   return import(pathToFileURL(join(DIST, path)).href);
 }
@@ -333,7 +333,7 @@ export function runScript(script, extra = {}, { timeoutMs = 300_000 } = {}) {
 // ---------------------------------------------------------------------------------------------------------
 
 export async function createUserWithKey(databaseUrl, name = `bench-${randomUUID()}`) {
-  const { generateApiKey, hashApiKey, lookupPrefix } = await fromDist('auth/api-key.js');
+  const { generateApiKey, hashApiKey, lookupPrefix } = await fromDist('common/api-key.js');
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   try {
@@ -693,7 +693,7 @@ export function sweepInputs(inputRoot, { intervalMs = 1000, minAgeMs = 3000 } = 
   let stopped = false;
   let running;
   const sweep = async () => {
-    let entries = [];
+    let entries;
     try {
       entries = await readdir(inputRoot);
     } catch {

@@ -3,7 +3,8 @@ import { Reflector } from '@nestjs/core';
 import { DomainError } from '../common/problem.js';
 import { ApiKeyService } from './api-key.service.js';
 import { AuthFailureLimit } from './auth-failures.js';
-import { type AuthenticatedRequest, IS_PUBLIC } from './auth.decorators.js';
+import { IS_PUBLIC } from '../common/public.js';
+import { type AuthenticatedRequest } from './auth.decorators.js';
 
 /**
  * Every route needs `Authorization: Bearer <api_key>` unless marked @Public(). An address that collected too

@@ -3,9 +3,10 @@ import { Injectable } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import { DataSource, IsNull } from 'typeorm';
 import { AppConfig } from '../config/config.js';
+import type { Principal } from './auth.decorators.js';
 import { Database } from '../database/database.js';
 import { ApiKey } from './api-key.entity.js';
-import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from './api-key.js';
+import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from '../common/api-key.js';
 import { User } from './user.entity.js';
 
 export interface ApiKeyListing {
@@ -13,10 +14,6 @@ export interface ApiKeyListing {
   user: string;
   createdAt: Date;
   revokedAt: Date | null;
-}
-
-export interface Principal {
-  userId: string;
 }
 
 @Injectable()

@@ -11,10 +11,7 @@ function fakeRedis(outcome: { results?: [Error | null, unknown][]; error?: Error
     {
       get: (_target, name: string) =>
         name === 'exec'
-          ? async () => {
-              if (outcome.error) throw outcome.error;
-              return outcome.results ?? [];
-            }
+          ? () => (outcome.error ? Promise.reject(outcome.error) : Promise.resolve(outcome.results ?? []))
           : (...args: unknown[]) => {
               commands.push([name, ...args]);
               return transaction;

@@ -1,11 +1,10 @@
-import { createParamDecorator, type ExecutionContext, SetMetadata } from '@nestjs/common';
+import { createParamDecorator, type ExecutionContext } from '@nestjs/common';
 import type { Request } from 'express';
-import type { Principal } from './api-key.service.js';
 
-export const IS_PUBLIC = 'igs:isPublic';
-
-/** Routes anyone may call: media, health and the contract. */
-export const Public = () => SetMetadata(IS_PUBLIC, true);
+/** Who a request's API key belongs to. */
+export interface Principal {
+  userId: string;
+}
 
 export type AuthenticatedRequest = Request & { principal: Principal };
 

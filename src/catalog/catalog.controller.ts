@@ -5,7 +5,7 @@ import { GenerationTypeDto, ToolDto } from './catalog.dto.js';
 
 @Controller('generation')
 export class CatalogController {
-  private readonly tools = CATALOG.map(ToolDto.from);
+  private readonly tools = CATALOG.map((tool) => ToolDto.from(tool));
 
   @Get('tools')
   listTools(): ToolDto[] {

@@ -12,7 +12,7 @@ describe('PrototypedExpressAdapter', () => {
   beforeEach(async () => {
     adapter = new PrototypedExpressAdapter();
     adapter.initHttpServer({});
-    server = adapter.getHttpServer() as Server;
+    server = adapter.getHttpServer();
     server.listen(0, '127.0.0.1');
     await once(server, 'listening');
     baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

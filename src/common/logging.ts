@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { LoggerService } from '@nestjs/common';
 import { type Level, type Logger as Pino, pino } from 'pino';
-import { containsApiKey, maskApiKeys } from '../auth/api-key.js';
+import { containsApiKey, maskApiKeys } from './api-key.js';
 import type { AppConfig } from '../config/config.js';
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;

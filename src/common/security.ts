@@ -77,7 +77,7 @@ function headersOf(middleware: Middleware): Map<string, string> {
     removeHeader: (name: string) => headers.delete(name),
   };
   middleware({ headers: {} } as IncomingMessage, recorder as unknown as ServerResponse, (error) => {
-    if (error) throw error;
+    if (error) throw new Error('security headers middleware failed', { cause: error });
   });
   return headers;
 }

@@ -1,5 +1,5 @@
 import { Controller, Get, Header } from '@nestjs/common';
-import { Public } from '../auth/auth.decorators.js';
+import { Public } from '../common/public.js';
 import { Contract } from './contract.js';
 
 /** Serves the contract file itself, so clients and Swagger UI read exactly what the tests check. */

@@ -11,6 +11,16 @@ const MIGRATION_LOCK_ID = 7_294_310_551;
 /** How long opening a PostgreSQL connection may take before the statement waiting for it fails (503). */
 export const CONNECT_TIMEOUT_MS = 2000;
 
+/**
+ * A statement with its values. A `name` makes it a prepared statement: each connection parses and plans it once,
+ * and later runs send only the values (for statements run on every request).
+ */
+export interface SqlStatement {
+  text: string;
+  values: unknown[];
+  name?: string;
+}
+
 /** Entities are not listed here: each feature module registers its own (`TypeOrmModule.forFeature`). */
 export function dataSourceOptions(url: string, poolSize: number): DataSourceOptions {
   return {

@@ -2,17 +2,8 @@ import pg from 'pg';
 import { type DataSource, type EntityManager, QueryFailedError } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import { ServiceUnavailableError } from '../common/unavailable.js';
+import type { SqlStatement } from './data-source.js';
 import type { StatementPipeline } from './statement-pipeline.js';
-
-/**
- * A statement with its values. A `name` makes it a prepared statement: each connection parses and plans it once,
- * and later runs send only the values (for statements run on every request).
- */
-export interface SqlStatement {
-  text: string;
-  values: unknown[];
-  name?: string;
-}
 
 /** Runs statements inside one transaction (see `Database.transaction`). */
 export interface Transaction {
@@ -67,7 +58,7 @@ export class Database {
     const tx = (manager: EntityManager): Transaction => ({
       query: async <R>(statement: SqlStatement) => {
         try {
-          return (await manager.query(statement.text, statement.values)) as R[];
+          return await manager.query<R[]>(statement.text, statement.values);
         } catch (error) {
           throw translateDatabaseError(error);
         }

@@ -2,7 +2,7 @@ import { Logger, type OnApplicationShutdown } from '@nestjs/common';
 import pg from 'pg';
 import { ServiceUnavailableError } from '../common/unavailable.js';
 import { CONNECT_TIMEOUT_MS } from './data-source.js';
-import type { SqlStatement } from './database.js';
+import type { SqlStatement } from './data-source.js';
 
 /** How the pipeline's connections show in `pg_stat_activity`. */
 export const PIPELINE_APPLICATION_NAME = 'igs-statement-pipeline';
@@ -63,7 +63,7 @@ export class StatementPipeline implements OnApplicationShutdown {
     this.closed = true;
     const lanes = [...this.lanes];
     this.lanes.fill(undefined);
-    await Promise.all(lanes.map((lane) => lane?.client.end().catch(() => {})));
+    await Promise.all(lanes.map(async (lane) => lane?.client.end().catch(() => {})));
   }
 
   private leastBusyLane(): Lane {

@@ -1,7 +1,6 @@
 import { Controller, Post, Req, Res } from '@nestjs/common';
 import type { Request, Response } from 'express';
-import type { Principal } from '../auth/api-key.service.js';
-import { CurrentUser } from '../auth/auth.decorators.js';
+import { CurrentUser, type Principal } from '../auth/auth.decorators.js';
 import { GenerationService } from './generation.service.js';
 
 @Controller('generation')

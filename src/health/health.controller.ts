@@ -2,7 +2,7 @@ import { Controller, Get, Inject, Res, ServiceUnavailableException } from '@nest
 import { HealthCheck, HealthCheckService, HealthIndicatorService, TypeOrmHealthIndicator } from '@nestjs/terminus';
 import type { Response } from 'express';
 import type { Redis } from 'ioredis';
-import { Public } from '../auth/auth.decorators.js';
+import { Public } from '../common/public.js';
 import { REDIS } from '../redis/redis.module.js';
 
 const CHECK_TIMEOUT_MS = 1500;

@@ -1,7 +1,6 @@
 import { Body, Controller, Delete, Get, HttpCode, Param, Patch, Query, Req } from '@nestjs/common';
 import type { Request } from 'express';
-import type { Principal } from '../auth/api-key.service.js';
-import { CurrentUser } from '../auth/auth.decorators.js';
+import { CurrentUser, type Principal } from '../auth/auth.decorators.js';
 import { isGenerationType } from '../catalog/catalog.js';
 import { DomainError } from '../common/problem.js';
 import { isUuid } from '../common/uuid.js';
@@ -60,7 +59,7 @@ function parseListQuery(query: Record<string, unknown>): HistoryQuery {
   if (generationType !== undefined && (typeof generationType !== 'string' || !isGenerationType(generationType))) {
     throw invalid('generation_type', 'must be a generation type id from GET /generation/generationTypes');
   }
-  return { page, limit, status: status as JobStatus | undefined, generationType: generationType as string | undefined };
+  return { page, limit, status: status as JobStatus | undefined, generationType: generationType };
 }
 
 function integerParam(

@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { Database, type SqlStatement } from '../database/database.js';
+import type { SqlStatement } from '../database/data-source.js';
+import { Database } from '../database/database.js';
 import type { HistoryItem, JobErrorCode, JobStatus } from './history-item.entity.js';
 
 /** What a new item is made of; the rest of its columns start at their defaults (pending, now). */

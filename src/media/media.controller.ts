@@ -1,7 +1,7 @@
 import { pipeline } from 'node:stream/promises';
 import { Controller, Get, Inject, Param, Res } from '@nestjs/common';
 import type { Response } from 'express';
-import { Public } from '../auth/auth.decorators.js';
+import { Public } from '../common/public.js';
 import { DomainError } from '../common/problem.js';
 import { isUuid } from '../common/uuid.js';
 import { MEDIA_CACHE_CONTROL, MEDIA_STORE, outputContentType } from './media.js';

@@ -1,7 +1,6 @@
 import { Global, Module } from '@nestjs/common';
 import { AppConfig } from '../config/config.js';
 import { INPUT_STORE, MEDIA_STORE } from './media.js';
-import { MediaController } from './media.controller.js';
 import { MediaStorage } from './media-storage.js';
 
 /** The input and media stores, for the API and the worker alike. */
@@ -15,7 +14,3 @@ import { MediaStorage } from './media-storage.js';
   exports: [MEDIA_STORE, INPUT_STORE],
 })
 export class MediaModule {}
-
-/** GET /media: served by the API role only. */
-@Module({ controllers: [MediaController] })
-export class MediaApiModule {}

@@ -25,7 +25,7 @@ export class MetricsServer implements OnApplicationBootstrap, OnApplicationShutd
     try {
       await once(server, 'listening');
     } catch (error) {
-      throw new Error(`METRICS_PORT ${this.config.metricsPort}: ${(error as Error).message}`);
+      throw new Error(`METRICS_PORT ${this.config.metricsPort}: ${(error as Error).message}`, { cause: error });
     }
     this.server = server;
     this.logger.log(`Metrics on http://${this.config.host}:${this.config.metricsPort}/metrics`);

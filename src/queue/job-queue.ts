@@ -57,7 +57,7 @@ export class JobQueue {
 
   async stateOf(historyItemId: string): Promise<QueuedState | undefined> {
     const job = await this.queue.getJob(historyItemId);
-    return job ? ((await job.getState()) as QueuedState) : undefined;
+    return job ? await job.getState() : undefined;
   }
 
   /**

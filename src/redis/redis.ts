@@ -36,6 +36,7 @@ export async function assertRedisReachable(url: string): Promise<void> {
       `Cannot reach Redis at ${describeRedisUrl(url)} (${reason}). The job queue needs a Redis server: ` +
         'start one locally with `redis-server` (Debian/Ubuntu: `apt-get install redis-server`), ' +
         'or `docker run -p 6379:6379 redis:7`, or point REDIS_URL at yours.',
+      { cause: error },
     );
   } finally {
     probe.disconnect();

@@ -1,16 +1,8 @@
 import sharp from 'sharp';
-import type { EngineImage } from './engines/engine.js';
-import { PermanentEngineError } from './engines/engine.js';
+import { type EngineImage, PermanentEngineError, type RenderedOutputs } from './engines/engine.js';
 
 /** The preview's long side. */
 export const PREVIEW_MAX_SIDE = 512;
-
-export interface RenderedOutputs {
-  /** Full-resolution result as JPEG. */
-  stock: Buffer;
-  /** At most PREVIEW_MAX_SIDE px on the long side, as WebP. */
-  preview: Buffer;
-}
 
 /** Encodes an engine's result once into the two files clients download. */
 export async function renderOutputs(image: EngineImage, limitInputPixels: number): Promise<RenderedOutputs> {

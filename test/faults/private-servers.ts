@@ -52,8 +52,8 @@ export async function startPrivateRedis(): Promise<PrivateServer> {
         ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'],
         { stdio: ['ignore', 'pipe', 'pipe'] },
       );
-      started.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      started.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      started.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      started.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
       child = started;
       try {
         await poll(

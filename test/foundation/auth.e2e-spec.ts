@@ -1,4 +1,4 @@
-import { generateApiKey, hashApiKey, lookupPrefix } from '../../src/auth/api-key.js';
+import { generateApiKey, hashApiKey, lookupPrefix } from '../../src/common/api-key.js';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, runCli, type RunningService, startService } from '../support/service.js';

@@ -1,4 +1,4 @@
-import { lookupPrefix } from '../../src/auth/api-key.js';
+import { lookupPrefix } from '../../src/common/api-key.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { runCli, type RunningService, startService } from '../support/service.js';
 

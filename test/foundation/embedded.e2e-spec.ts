@@ -22,9 +22,9 @@ describe('the service on its embedded database (no DATABASE_URL)', () => {
 
   beforeAll(async () => {
     env = await createTestEnvironment();
-    const { DATABASE_URL: _unused, ...rest } = env.serviceEnv;
     serviceEnv = {
-      ...rest,
+      // No DATABASE_URL: the service starts its embedded database.
+      ...Object.fromEntries(Object.entries(env.serviceEnv).filter(([name]) => name !== 'DATABASE_URL')),
       // `info`, so the "Serving role" line marks the end of startup.
       LOG_LEVEL: 'info',
       EMBEDDED_DB_DIR: join(env.dataDir, 'pglite'),

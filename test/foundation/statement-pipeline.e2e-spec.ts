@@ -1,7 +1,8 @@
 import { Socket } from 'node:net';
 import pg from 'pg';
 import { ServiceUnavailableError } from '../../src/common/unavailable.js';
-import { type SqlStatement, translateDatabaseError } from '../../src/database/database.js';
+import type { SqlStatement } from '../../src/database/data-source.js';
+import { translateDatabaseError } from '../../src/database/database.js';
 import { PIPELINE_APPLICATION_NAME, StatementPipeline } from '../../src/database/statement-pipeline.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { waitUntil } from '../support/harness.js';
@@ -126,9 +127,10 @@ describe('StatementPipeline on a real PostgreSQL', () => {
     let answer: unknown;
     await waitUntil(
       async () => {
-        answer = await sut
-          .query(echo(2))
-          .catch((error: unknown) => (isUnavailable(error) ? undefined : Promise.reject(error)));
+        answer = await sut.query(echo(2)).catch((error: unknown) => {
+          if (isUnavailable(error)) return undefined;
+          throw error;
+        });
         return answer !== undefined;
       },
       'a statement to succeed again',

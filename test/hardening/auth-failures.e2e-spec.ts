@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { generateApiKey } from '../../src/auth/api-key.js';
+import { generateApiKey } from '../../src/common/api-key.js';
 import { type PrivateServer, startPrivateRedis } from '../faults/private-servers.js';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';

@@ -31,8 +31,8 @@ async function startPrism(upstream: string, extraArgs: string[]): Promise<Prism>
     { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const deadline = Date.now() + PRISM_START_TIMEOUT_MS;
   while (!output.includes('Prism is listening')) {
     if (child.exitCode !== null || Date.now() > deadline) {

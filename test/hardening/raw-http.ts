@@ -50,7 +50,7 @@ export function rawExchange(request: RawRequest): Promise<RawExchange> {
       received = Buffer.concat([received, chunk]);
       if (request.until === 'response' && parseResponses(received, false).length > 0) finish('client');
     });
-    socket.once('connect', async () => {
+    const send = async () => {
       for (const [index, chunk] of request.chunks.entries()) {
         if (finished) return;
         if (index > 0 && request.delayMs) await new Promise((wait) => setTimeout(wait, request.delayMs));
@@ -58,7 +58,8 @@ export function rawExchange(request: RawRequest): Promise<RawExchange> {
       }
       if (request.then === 'half-close') socket.end();
       timer = setTimeout(() => finish('client'), request.waitMs);
-    });
+    };
+    socket.once('connect', () => void send());
   });
 }
 

@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { generateApiKey, lookupPrefix } from '../../src/auth/api-key.js';
+import { generateApiKey, lookupPrefix } from '../../src/common/api-key.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { postJob, type FormValue } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';

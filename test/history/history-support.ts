@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { lookupPrefix } from '../../src/auth/api-key.js';
+import { lookupPrefix } from '../../src/common/api-key.js';
 import { CATALOG } from '../../src/catalog/catalog.js';
 import { expectMatchesContract } from '../support/contract.js';
 

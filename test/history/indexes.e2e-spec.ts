@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { CATALOG } from '../../src/catalog/catalog.js';
-import type { SqlStatement } from '../../src/database/database.js';
+import type { SqlStatement } from '../../src/database/data-source.js';
 import { type HistoryQuery, historyListStatements } from '../../src/jobs/history.repository.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
@@ -213,7 +213,7 @@ describe('the indexes behind GET /user/generation-history', () => {
         const rows = (await db.query<{ id: string }>(statement.text, statement.values)).rows;
         const [{ total }] = (await db.query<{ total: number }>(count.text, count.values)).rows;
 
-        const { status, body } = await heavy.list(`${query}&page=${page}`.replace(/^&/, ''));
+        const { status, body } = await heavy.list(`${query.toString()}&page=${page}`.replace(/^&/, ''));
 
         expect(status).toBe(200);
         expect(expected).toHaveLength(LIMIT);

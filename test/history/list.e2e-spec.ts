@@ -306,7 +306,7 @@ describe('GET /user/generation-history', () => {
       );
       expect(matching.length).toBeGreaterThan(0);
 
-      const { status, body } = await client.list(`${new URLSearchParams(filter)}&limit=100`);
+      const { status, body } = await client.list(`${new URLSearchParams(filter).toString()}&limit=100`);
 
       expect(status).toBe(200);
       expect(body).toMatchObject({ page: 1, limit: 100, total: matching.length, total_pages: 1 });

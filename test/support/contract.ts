@@ -27,7 +27,7 @@ export async function expectMatchesContract(
   }
   if (!(contentType in content)) {
     throw new Error(
-      `${method} ${pathTemplate} ${response.status}: Content-Type ${contentType} is not one of ${Object.keys(content)}`,
+      `${method} ${pathTemplate} ${response.status}: Content-Type ${contentType} is not one of ${Object.keys(content).join(', ')}`,
     );
   }
   // Binary and text bodies (media, the YAML contract) are left unread for the caller.

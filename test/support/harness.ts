@@ -243,7 +243,7 @@ export async function expectCompleteWithOutputs(baseUrl: string, item: HistoryIt
   const previewInfo = await sharp(preview.data).metadata();
   expect(stockInfo.format).toBe('jpeg');
   expect(previewInfo.format).toBe('webp');
-  expect(Math.max(previewInfo.width!, previewInfo.height!)).toBeLessThanOrEqual(512);
+  expect(Math.max(previewInfo.width, previewInfo.height)).toBeLessThanOrEqual(512);
   // Decodes in full, not only the header.
   await sharp(stock.data).raw().toBuffer();
   await sharp(preview.data).raw().toBuffer();

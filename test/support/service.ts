@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
 import pg from 'pg';
-import { generateApiKey, hashApiKey, lookupPrefix } from '../../src/auth/api-key.js';
+import { generateApiKey, hashApiKey, lookupPrefix } from '../../src/common/api-key.js';
 
 const MAIN = new URL('../../dist/main.js', import.meta.url).pathname;
 const CLI = new URL('../../dist/cli.js', import.meta.url).pathname;
@@ -35,8 +35,8 @@ export async function startService(env: Record<string, string>, timeoutMs = 30_0
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = once(child, 'exit').then(([code]) => code as number | null);
 
   const service: RunningService = {

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import sharp from 'sharp';
 import type { Engine, EngineImage, EngineRequest } from '../../src/worker/engines/engine.js';
-import type { RenderedOutputs } from '../../src/worker/renderer.js';
+import type { RenderedOutputs } from '../../src/worker/engines/engine.js';
 
 interface LocalEngines {
   LocalEngine: new (options?: { limitInputPixels?: number }) => Engine;

@@ -171,7 +171,7 @@ describe('Redis unreachable from the API', () => {
       body,
       duplex: 'half',
       headers: { Authorization: `Bearer ${key}`, 'Content-Type': encoded.headers.get('content-type')! },
-    } as RequestInit);
+    });
     // Redis goes away once the upload is being stored.
     await waitUntil(
       async () => (await listDir(env.serviceEnv.UPLOAD_TMP_DIR)).length > 0,

@@ -1,4 +1,10 @@
-import type { RenderedOutputs } from '../renderer.js';
+/** The two files clients download, as `renderOutputs` encodes them. */
+export interface RenderedOutputs {
+  /** Full-resolution result as JPEG. */
+  stock: Buffer;
+  /** At most PREVIEW_MAX_SIDE px on the long side, as WebP. */
+  preview: Buffer;
+}
 
 /** One decoded image handed to an engine: the private input file's bytes, already validated at upload. */
 export type EngineImages = Readonly<Record<string, Buffer>>;

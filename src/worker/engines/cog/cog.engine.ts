@@ -290,7 +290,7 @@ async function readBody(response: Response, maxBytes: number, tooLarge: () => Er
     }
   }
   if (!response.body) return Buffer.alloc(0);
-  const reader = response.body.getReader();
+  const reader: ReadableStreamDefaultReader<Uint8Array> = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
   try {

@@ -1,5 +1,5 @@
 /** What the service and a local-engine thread (engine-thread.ts) send each other. */
-import type { RenderedOutputs } from '../../renderer.js';
+import type { RenderedOutputs } from '../engine.js';
 import { type EngineRequest, PermanentEngineError } from '../engine.js';
 
 /** Run one job; the thread answers with one ThreadReply. */

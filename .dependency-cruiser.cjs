@@ -1,0 +1,70 @@
+/**
+ * The layers of src/, checked by `npm run lint:deps` (part of `npm test`):
+ *
+ *   main.ts, app.module.ts, cli.ts          compose everything
+ *   features: auth, catalog's routes, generation, history, worker, health, contract, the /media route
+ *   jobs: history items as jobs (repository, lifecycle, events), shared by the features that create, show and run them
+ *   infrastructure: config, common, database, redis, queue, media storage, metrics, generated contract types
+ *
+ * Imports go down, never up; features do not import one another (auth's decorators and the catalog's data are for
+ * everyone); no cycles.
+ */
+const INFRASTRUCTURE =
+  '^src/(config|common|database|redis|queue|metrics|generated)/|^src/media/(?!media(\\.controller|-api\\.module))';
+const ABOVE_INFRASTRUCTURE =
+  '^src/(auth|catalog|generation|history|jobs|worker|health|contract)/|^src/media/media(\\.controller|-api\\.module)';
+const FEATURES = '^src/(generation|history|worker|health|contract)/';
+/** What every layer may use: the catalog's data (it drives configuration too), and who the request's user is. */
+const SHARED = '^src/catalog/catalog\\.ts$|^src/auth/(auth\\.decorators|user\\.entity)\\.ts$';
+
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      comment: 'A cycle makes the order modules boot in, and what a change touches, a guess.',
+      severity: 'error',
+      from: {},
+      to: { circular: true },
+    },
+    {
+      name: 'infrastructure-below-features',
+      comment: 'Infrastructure serves features and knows none of them.',
+      severity: 'error',
+      from: { path: INFRASTRUCTURE },
+      to: { path: ABOVE_INFRASTRUCTURE, pathNot: '^src/catalog/catalog\\.ts$' },
+    },
+    {
+      name: 'jobs-below-features',
+      comment: 'The job lifecycle is used by generation, history and the worker; it uses none of them.',
+      severity: 'error',
+      from: { path: '^src/jobs/' },
+      to: { path: FEATURES },
+    },
+    {
+      name: 'features-apart',
+      comment: 'A feature reaches another only through the layers below both.',
+      severity: 'error',
+      from: { path: '^src/(auth|catalog|generation|history|worker|health|contract)/' },
+      to: { path: '^src/(auth|catalog|generation|history|worker|health|contract)/', pathNot: ['^src/$1/', SHARED] },
+    },
+    {
+      name: 'src-not-to-test',
+      severity: 'error',
+      from: { path: '^src/' },
+      to: { path: '^(test|scripts)/' },
+    },
+    {
+      name: 'no-dev-dependencies-at-run-time',
+      comment: 'What the service imports must be installed in production (npm install --omit=dev).',
+      severity: 'error',
+      from: { path: '^src/', pathNot: '\\.spec\\.ts$' },
+      to: { dependencyTypes: ['npm-dev'] },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: { exportsFields: ['exports'], conditionNames: ['import', 'require', 'node', 'default'] },
+  },
+};
