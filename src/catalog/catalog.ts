@@ -169,8 +169,3 @@ export function findTool(id: string): CatalogTool | undefined {
 export function isGenerationType(id: string): boolean {
   return toolByGenerationType.has(id);
 }
-
-/** Every input name any tool accepts, so an upload can tell an unknown field from another tool's field. */
-export const ALL_INPUT_NAMES: ReadonlySet<string> = new Set(
-  CATALOG.flatMap((tool) => tool.inputs.map((input) => input.name)),
-);

@@ -27,11 +27,11 @@ const PROBLEM_TYPES: Record<ProblemCode, { status: number; title: string }> = {
   internal_error: { status: 500, title: 'Internal error' },
 };
 
-export function problemStatus(code: ProblemCode): number {
+function problemStatus(code: ProblemCode): number {
   return PROBLEM_TYPES[code].status;
 }
 
-export function problemBody(code: ProblemCode, detail: string, errors?: FieldError[]): Problem {
+function problemBody(code: ProblemCode, detail: string, errors?: FieldError[]): Problem {
   const { status, title } = PROBLEM_TYPES[code];
   return { type: `urn:igs:problem:${code}`, title, status, detail, code, ...(errors ? { errors } : {}) };
 }

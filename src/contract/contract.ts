@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 
 /** `openapi/openapi.yaml`, the source of truth, as shipped beside the code. */
-export const CONTRACT_PATH = new URL('../../openapi/openapi.yaml', import.meta.url);
+const CONTRACT_PATH = new URL('../../openapi/openapi.yaml', import.meta.url);
 
 export class Contract {
   constructor(

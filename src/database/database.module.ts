@@ -38,7 +38,7 @@ const databaseLocation = {
 };
 
 @Module({ providers: [databaseLocation], exports: [databaseLocation] })
-export class DatabaseLocationModule {}
+class DatabaseLocationModule {}
 
 const statementPipeline = {
   provide: StatementPipeline,

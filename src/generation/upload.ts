@@ -4,12 +4,10 @@ import type { Request, Response } from 'express';
 import multer, { MulterError } from 'multer';
 import sharp, { type Metadata } from 'sharp';
 import { type CatalogTool, findTool } from '../catalog/catalog.js';
+import { type ImageFormat, imageFormatOf } from '../common/image-format.js';
 import { DomainError, type FieldError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
-import type { StoredInput } from '../jobs/history-item.entity.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
-
-export type ImageFormat = StoredInput['format'];
 
 export interface UploadedImage {
   /** The upload's temporary file; moved into the input store once the job is accepted. */
@@ -227,7 +225,6 @@ async function headerOf(file: ProbedFile, format: ImageFormat): Promise<Metadata
 /** The fewest bytes that can tell a JPEG, PNG or WebP apart. */
 const MAGIC_BYTES = 16;
 
-const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 const PNG_END = Buffer.from([0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82]);
 
 /**
@@ -237,17 +234,14 @@ const PNG_END = Buffer.from([0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82]);
  */
 export function formatOf(head: Buffer, tail: Buffer, size: number): ImageFormat | undefined {
   if (size < MAGIC_BYTES) return undefined;
-  if (head.subarray(0, 8).equals(PNG_SIGNATURE)) {
-    return tail.subarray(tail.length - 8).equals(PNG_END) ? 'png' : undefined;
-  }
-  if (head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) {
+  const format = imageFormatOf(head);
+  if (format === 'png') return tail.subarray(tail.length - 8).equals(PNG_END) ? 'png' : undefined;
+  if (format === 'jpeg') {
     // Some cameras pad after the end-of-image marker; look for it near the end.
     for (let i = tail.length - 2; i >= 0; i--) if (tail[i] === 0xff && tail[i + 1] === 0xd9) return 'jpeg';
     return undefined;
   }
-  if (head.toString('latin1', 0, 4) === 'RIFF' && head.toString('latin1', 8, 12) === 'WEBP') {
-    return head.readUInt32LE(4) + 8 <= size ? 'webp' : undefined;
-  }
+  if (format === 'webp') return head.readUInt32LE(4) + 8 <= size ? 'webp' : undefined;
   return undefined;
 }
 

@@ -1,5 +1,6 @@
 import { Check, Column, Entity, Index, JoinColumn, ManyToOne, PrimaryColumn, type Relation } from 'typeorm';
 import { User } from '../auth/user.entity.js';
+import type { ImageFormat } from '../common/image-format.js';
 import type { components } from '../generated/openapi.js';
 
 type HistoryItemSchema = components['schemas']['HistoryItem'];
@@ -10,7 +11,7 @@ export type JobErrorCode = NonNullable<HistoryItemSchema['error']>['code'];
 /** Where a stored input lives (private storage) and what its bytes were found to be at upload. */
 export interface StoredInput {
   key: string;
-  format: 'jpeg' | 'png' | 'webp';
+  format: ImageFormat;
   width: number;
   height: number;
   bytes: number;

@@ -1,5 +1,5 @@
 /** The two result files of a job, at fixed keys so a job that runs twice writes the same places. */
-export const OUTPUT_FILES = {
+const OUTPUT_FILES = {
   preview: { name: 'preview.webp', contentType: 'image/webp' },
   stock: { name: 'stock.jpg', contentType: 'image/jpeg' },
 } as const;

@@ -13,7 +13,7 @@ export const FAIL_FAST_OPTIONS: RedisOptions = {
   retryStrategy: (attempt) => Math.min(attempt * 200, 2000),
 };
 
-export function describeRedisUrl(url: string): string {
+function describeRedisUrl(url: string): string {
   const parsed = new URL(url);
   return `${parsed.protocol}//${parsed.host}`;
 }

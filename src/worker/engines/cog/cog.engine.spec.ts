@@ -11,7 +11,7 @@ import sharp from 'sharp';
 
 import { PermanentEngineError, type EngineRequest } from '../engine.js';
 import { EngineTimeoutError, TransientEngineError } from '../engine.js';
-import { CogEngine, buildPredictionBody, detectImageMime } from './cog.engine.js';
+import { CogEngine, buildPredictionBody } from './cog.engine.js';
 
 interface RecordedRequest {
   method: string;
@@ -412,17 +412,6 @@ describe('CogEngine', () => {
       expect(await rejection(sut.generate(request({ signal: controller.signal })))).toBe(reason);
       expect(fake.requests).toHaveLength(0);
     });
-  });
-});
-
-describe('detectImageMime', () => {
-  it('reads the magic numbers', async () => {
-    const create = { width: 2, height: 2, channels: 3 as const, background: '#808080' };
-    expect(detectImageMime(await sharp({ create }).jpeg().toBuffer())).toBe('image/jpeg');
-    expect(detectImageMime(await sharp({ create }).png().toBuffer())).toBe('image/png');
-    expect(detectImageMime(await sharp({ create }).webp().toBuffer())).toBe('image/webp');
-    expect(detectImageMime(Buffer.from('RIFF\0\0\0\0WAVE'))).toBeUndefined();
-    expect(detectImageMime(Buffer.alloc(0))).toBeUndefined();
   });
 });
 

@@ -1,4 +1,5 @@
 import sharp from 'sharp';
+import { IMAGE_MIME_TYPES, imageFormatOf } from '../../../common/image-format.js';
 
 import {
   EngineTimeoutError,
@@ -16,17 +17,6 @@ export interface CogEngineOptions {
   maxOutputBytes: number;
 }
 
-export type ImageMime = 'image/jpeg' | 'image/png' | 'image/webp';
-
-/** The MIME type of JPEG, PNG or WebP bytes, read from their magic numbers; `undefined` for anything else. */
-export function detectImageMime(bytes: Uint8Array): ImageMime | undefined {
-  if (bytes.length >= 3 && bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff) return 'image/jpeg';
-  if (bytes.length >= 8 && PNG_SIGNATURE.every((byte, index) => bytes[index] === byte)) return 'image/png';
-  if (bytes.length >= 12 && ascii(bytes, 0, 4) === 'RIFF' && ascii(bytes, 8, 12) === 'WEBP') return 'image/webp';
-  return undefined;
-}
-
-const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
 /** Cut for model error text and error bodies quoted in failure messages. */
 const QUOTE_MAX_CHARS = 300;
 /** Error bodies are read only this far (they are quoted, truncated, in the message). */
@@ -224,12 +214,12 @@ export function buildPredictionBody(request: Pick<EngineRequest, 'generationType
     segments.push(claim(name) + JSON.stringify(text));
   }
   for (const [name, image] of Object.entries(request.images)) {
-    const mime = detectImageMime(image);
-    if (!mime) {
+    const format = imageFormatOf(image);
+    if (!format) {
       const message = `input image '${quote(name, 60)}' is not a JPEG, PNG or WebP file`;
       throw new PermanentEngineError('invalid_image', message);
     }
-    segments.push(`${claim(name)}"data:${mime};base64,`, image, '"');
+    segments.push(`${claim(name)}"data:${IMAGE_MIME_TYPES[format]};base64,`, image, '"');
   }
   segments.push('}}');
 
@@ -384,10 +374,6 @@ function describeUrl(url: URL): string {
 
 function base64Length(bytes: number): number {
   return Math.ceil(bytes / 3) * 4;
-}
-
-function ascii(bytes: Uint8Array, start: number, end: number): string {
-  return String.fromCharCode(...bytes.subarray(start, end));
 }
 
 function engineFailed(message: string): PermanentEngineError {

@@ -122,7 +122,7 @@ function keyed(image: RawImage, options: KeyOptions): { image: RawImage; reliabl
 }
 
 /** Longest side keyed directly by {@link objectMask}; larger images are keyed on a reduced copy. */
-export const MASK_KEY_SIZE = 2048;
+const MASK_KEY_SIZE = 2048;
 
 /**
  * The object's alpha over the whole image (for retexturing in place). Images longer than 2048 px are keyed on a
@@ -154,7 +154,7 @@ export async function objectMask(
 }
 
 /** Copy of a plane's region. */
-export function cropPlane(plane: Plane, box: Box): Plane {
+function cropPlane(plane: Plane, box: Box): Plane {
   const width = max(1, box.right - box.left);
   const height = max(1, box.bottom - box.top);
   const out = new Uint8Array(width * height);

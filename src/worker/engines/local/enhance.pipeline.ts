@@ -15,9 +15,9 @@ import { type RawImage, blurPlane, clamp, clampByte } from './raw-image.js';
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
 const { log, max } = Math;
 
-export const ENHANCE_SATURATION = 1.12;
+const ENHANCE_SATURATION = 1.12;
 /** Unsharp mask strength on luma, and the largest change it may make to a pixel. */
-export const ENHANCE_SHARPEN = { amount: 0.7, limit: 24 };
+const ENHANCE_SHARPEN = { amount: 0.7, limit: 24 };
 
 export const enhancePipeline: Pipeline = async (ctx) => {
   const image = await ctx.image('image');
@@ -55,7 +55,7 @@ export const enhancePipeline: Pipeline = async (ctx) => {
 };
 
 /** The levels + midtone curve as a 256-entry table. */
-export function levelsLut(image: RawImage): Uint8Array {
+function levelsLut(image: RawImage): Uint8Array {
   const { data, width, height, channels: c } = image;
   const hist = new Uint32Array(256);
   const n = width * height;

@@ -14,7 +14,7 @@ import { type RawImage, clamp, clampByte, fromRaw, toRawImage } from './raw-imag
 const { max, round } = Math;
 
 /** Repeats of the swatch across the object's width. */
-export const FABRIC_REPEATS = 4;
+const FABRIC_REPEATS = 4;
 
 export const fabricRetexturePipeline: Pipeline = async (ctx) => {
   const [fabric, target] = await Promise.all([ctx.image('fabric'), ctx.image('target')]);

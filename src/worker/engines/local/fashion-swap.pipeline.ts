@@ -89,7 +89,7 @@ interface RegionSpec {
 }
 
 /** Where and how large the garment goes on the body. */
-export function fitGarment(alpha: Plane, region: GarmentRegion, body: BodyLandmarks): Fit {
+function fitGarment(alpha: Plane, region: GarmentRegion, body: BodyLandmarks): Fit {
   const h = body.height;
   const specs: Record<GarmentRegion, RegionSpec> = {
     // Body width below the sleeves matched to the torso (a little loose); collar at the shoulders; hem at the hips.
@@ -137,7 +137,7 @@ export function fitGarment(alpha: Plane, region: GarmentRegion, body: BodyLandma
 }
 
 /** `lower` when the bottom of the garment splits into two legs, `dress` when it is long, else `upper`. */
-export function classifyGarment(alpha: Plane): GarmentRegion {
+function classifyGarment(alpha: Plane): GarmentRegion {
   const { width, height } = alpha;
   let legRows = 0;
   let rows = 0;

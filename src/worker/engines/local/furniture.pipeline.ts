@@ -17,7 +17,7 @@ import { type RawImage, clamp } from './raw-image.js';
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
 const { ceil, floor, max, min, round, sqrt } = Math;
 
-export const FURNITURE_WIDTH_RATIO = 0.4;
+const FURNITURE_WIDTH_RATIO = 0.4;
 
 export const furniturePlacementPipeline: Pipeline = async (ctx) => {
   const [room, furniture] = await Promise.all([ctx.image('room'), ctx.image('furniture', { alpha: true })]);
@@ -75,7 +75,7 @@ export const furniturePlacementPipeline: Pipeline = async (ctx) => {
 };
 
 /** Row of the strongest horizontal colour edge in the middle half of the columns (the wall/floor line). */
-export function findFloorLine(room: RawImage): number {
+function findFloorLine(room: RawImage): number {
   const { data, width, height, channels: c } = room;
   const x0 = floor(width * 0.25);
   const x1 = ceil(width * 0.75);

@@ -54,7 +54,7 @@ interface BorderStats {
 const MAX_DIST = 512; // histogram bound for distance() values
 
 /** Background colour (per-channel median) and spread of the pixels in a thin band along the image border. */
-export function estimateBorder(image: RawImage): BorderStats {
+function estimateBorder(image: RawImage): BorderStats {
   const { data, width, height, channels: c } = image;
   const band = max(1, round(min(width, height) * 0.01));
   const hist = [new Uint32Array(256), new Uint32Array(256), new Uint32Array(256), new Uint32Array(256)];
@@ -328,7 +328,7 @@ function paintRuns(runs: Runs, width: number, height: number, keep: (runs: Runs,
 }
 
 /** Keep the largest 4-connected component of a 0/1 mask, plus any at least `ratio` of its size. */
-export function keepComponents(mask: Uint8Array, width: number, height: number, ratio = 1): Uint8Array {
+function keepComponents(mask: Uint8Array, width: number, height: number, ratio = 1): Uint8Array {
   const runs = labelRuns(mask, width, height);
   let largest = 0;
   for (let i = 0; i < runs.size.length; i++) largest = max(largest, runs.size[i]);
@@ -341,7 +341,7 @@ export function keepComponents(mask: Uint8Array, width: number, height: number, 
  * with `radius` empty rows, output row y is the OR of copy rows y .. y + 2 * radius, built with doubling window
  * lengths (1, 2, 4, ...): about log2(2 * radius + 1) passes over the mask whatever the radius.
  */
-export function dilate(mask: Uint8Array, width: number, height: number, radius: number): Uint8Array {
+function dilate(mask: Uint8Array, width: number, height: number, radius: number): Uint8Array {
   const stride = (width + 3) & ~3;
   const words = stride / 4;
   const padded = new Uint8Array(stride * (height + radius));
@@ -395,7 +395,7 @@ export function close(mask: Uint8Array, width: number, height: number, radius: n
 }
 
 /** Bounding box of the pixels >= threshold, or null when there are none. */
-export function boundingBox(plane: Plane, threshold: number): Box | null {
+function boundingBox(plane: Plane, threshold: number): Box | null {
   const { data, width, height } = plane;
   let left = width;
   let right = -1;

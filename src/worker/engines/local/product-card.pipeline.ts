@@ -15,8 +15,8 @@ const { ceil, max, min, round } = Math;
 export const CARD_WIDTH = 1024;
 export const CARD_HEIGHT = 1280;
 /** Background gradient, top and bottom colours. */
-export const CARD_TOP = { r: 248, g: 247, b: 245 };
-export const CARD_BOTTOM = { r: 234, g: 232, b: 228 };
+const CARD_TOP = { r: 248, g: 247, b: 245 };
+const CARD_BOTTOM = { r: 234, g: 232, b: 228 };
 
 export const productCardPipeline: Pipeline = async (ctx) => {
   const clothes = await ctx.image('clothes', { alpha: true });

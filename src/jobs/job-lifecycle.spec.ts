@@ -1,0 +1,222 @@
+import { ServiceUnavailableError } from '../common/unavailable.js';
+import type { ObjectStore } from '../media/object-store.js';
+import type { Metrics } from '../metrics/metrics.js';
+import type { JobQueue } from '../queue/job-queue.js';
+import type { JobStatus, StoredInput } from './history-item.entity.js';
+import type { EndedRow, HistoryRepository, NewHistoryItem } from './history.repository.js';
+import { type JobEvent, JobEvents } from './job-events.js';
+import { JobLifecycle } from './job-lifecycle.js';
+
+/** Everything the fakes below are asked to do, in order: the lifecycle's promises are about that order. */
+type Step = string;
+
+const USER = 'user-1';
+const ID = 'item-1';
+const INPUTS: Record<string, StoredInput> = {
+  person: { key: `${ID}-person`, format: 'jpeg', width: 640, height: 960, bytes: 1000 },
+  clothes: { key: `${ID}-clothes`, format: 'png', width: 512, height: 512, bytes: 1000 },
+};
+
+function newItem(): NewHistoryItem {
+  return { id: ID, userId: USER, tool: 'fashion_swap', generationType: 'fashion_swap_full', inputs: INPUTS, texts: {} };
+}
+
+/** A history table of one row at most, and the storage and queue around it, all recording into `steps`. */
+function world(options: { queueDown?: boolean; pendingLimitReached?: boolean } = {}) {
+  const steps: Step[] = [];
+  let row: (EndedRow & { status: JobStatus }) | undefined;
+  const items = {
+    createWithinPendingLimit: (item: NewHistoryItem) => {
+      if (options.pendingLimitReached) return Promise.resolve(false);
+      steps.push('insert row');
+      row = { id: item.id, userId: item.userId, tool: item.tool, status: 'pending', inputs: item.inputs };
+      return Promise.resolve(true);
+    },
+    completeWhilePending: async (id: string, work: () => Promise<void>) => {
+      if (row?.id !== id || row.status !== 'pending') return undefined;
+      steps.push('lock row');
+      await work();
+      row.status = 'complete';
+      steps.push('commit complete');
+      return { ...row };
+    },
+    failWhilePending: (id: string) => {
+      if (row?.id !== id || row.status !== 'pending') return Promise.resolve(undefined);
+      row.status = 'error';
+      steps.push('commit error');
+      return Promise.resolve({ ...row });
+    },
+    deleteOwned: (userId: string, id: string) => {
+      if (row?.id !== id || row.userId !== userId) return Promise.resolve(undefined);
+      const deleted = row;
+      row = undefined;
+      steps.push('delete row');
+      return Promise.resolve(deleted);
+    },
+  };
+  const queue = {
+    enqueue: () => {
+      if (options.queueDown) return Promise.reject(new ServiceUnavailableError('queue'));
+      steps.push('enqueue');
+      return Promise.resolve();
+    },
+    drop: () => {
+      steps.push('drop job');
+      return Promise.resolve(true);
+    },
+  };
+  const store = (name: string) => ({
+    delete: (keys: readonly string[]) => {
+      steps.push(`${name}: delete ${[...keys].sort().join(', ')}`);
+      return Promise.resolve();
+    },
+    deleteFolder: (prefix: string) => {
+      steps.push(`${name}: delete folder ${prefix}`);
+      return Promise.resolve();
+    },
+  });
+  const outcomes: string[] = [];
+  const metrics = { countJobOutcome: (_tool: string, outcome: string) => outcomes.push(outcome) };
+  const events = new JobEvents();
+  const announced: JobEvent[] = [];
+  events.subscribe((event) => {
+    announced.push(event);
+  });
+  const sut = new JobLifecycle(
+    items as unknown as HistoryRepository,
+    queue as unknown as JobQueue,
+    events,
+    metrics as unknown as Metrics,
+    store('inputs') as unknown as ObjectStore,
+    store('media') as unknown as ObjectStore,
+  );
+  return { sut, steps, outcomes, announced, status: () => row?.status };
+}
+
+/** Listeners run after the change, on a later turn. */
+const settled = () => new Promise((resolve) => setImmediate(resolve));
+
+const DELETE_INPUTS = `inputs: delete ${ID}-clothes, ${ID}-person`;
+
+describe('JobLifecycle', () => {
+  describe('accept', () => {
+    it('writes the row before queueing, and announces the new pending item', async () => {
+      const { sut, steps, announced } = world();
+
+      expect(await sut.accept(newItem(), 10)).toBe(true);
+      await settled();
+
+      expect(steps).toEqual(['insert row', 'enqueue']);
+      expect(announced).toEqual([{ kind: 'created', historyItemId: ID, userId: USER, status: 'pending' }]);
+    });
+
+    it('with the queue down: removes the row, then the inputs, and passes the outage on', async () => {
+      const { sut, steps, announced } = world({ queueDown: true });
+
+      await expect(sut.accept(newItem(), 10)).rejects.toBeInstanceOf(ServiceUnavailableError);
+      await settled();
+
+      // The row goes first: a row whose inputs were gone would be queued again by the reconciler and fail.
+      expect(steps).toEqual(['insert row', 'delete row', DELETE_INPUTS]);
+      expect(announced).toEqual([]);
+    });
+
+    it('at the pending limit: stores nothing, queues nothing, removes the inputs', async () => {
+      const { sut, steps, announced } = world({ pendingLimitReached: true });
+
+      expect(await sut.accept(newItem(), 10)).toBe(false);
+      await settled();
+
+      expect(steps).toEqual([DELETE_INPUTS]);
+      expect(announced).toEqual([]);
+    });
+  });
+
+  describe('complete', () => {
+    it('writes the outputs under the row lock into an emptied folder, then removes the inputs', async () => {
+      const { sut, steps, outcomes, announced, status } = world();
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      const completed = await sut.complete(ID, () => {
+        steps.push('write outputs');
+        return Promise.resolve();
+      });
+      await settled();
+
+      expect(completed).toBe(true);
+      expect(status()).toBe('complete');
+      expect(steps).toEqual([
+        'lock row',
+        `media: delete folder ${ID}`,
+        'write outputs',
+        'commit complete',
+        DELETE_INPUTS,
+      ]);
+      expect(outcomes).toEqual(['complete']);
+      expect(announced.at(-1)).toEqual({ kind: 'completed', historyItemId: ID, userId: USER, status: 'complete' });
+    });
+
+    it('drops the result of an item that is no longer pending: nothing written, nothing counted', async () => {
+      const { sut, steps, outcomes, announced } = world();
+      await sut.accept(newItem(), 10);
+      await sut.fail(ID, 'timeout', 'The job did not finish in time.');
+      steps.length = 0;
+      announced.length = 0;
+
+      const completed = await sut.complete(ID, () => {
+        steps.push('write outputs');
+        return Promise.resolve();
+      });
+      await settled();
+
+      expect(completed).toBe(false);
+      expect(steps).toEqual([]);
+      expect(outcomes).toEqual(['timeout']);
+      expect(announced).toEqual([]);
+    });
+  });
+
+  describe('fail', () => {
+    it('ends a pending item once, with its inputs and any partial outputs removed', async () => {
+      const { sut, steps, outcomes, announced, status } = world();
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      expect(await sut.fail(ID, 'engine_failed', 'The engine could not process the job.')).toBe(true);
+      expect(await sut.fail(ID, 'timeout', 'The job did not finish in time.')).toBe(false);
+      await settled();
+
+      expect(status()).toBe('error');
+      expect(steps).toEqual(['commit error', DELETE_INPUTS, `media: delete folder ${ID}`]);
+      expect(outcomes).toEqual(['engine_failed']);
+      expect(announced.at(-1)).toEqual({ kind: 'failed', historyItemId: ID, userId: USER, status: 'error' });
+    });
+  });
+
+  describe('delete', () => {
+    it('removes a complete item with its outputs, and drops its job', async () => {
+      const { sut, steps, announced } = world();
+      await sut.accept(newItem(), 10);
+      await sut.complete(ID, () => Promise.resolve());
+      steps.length = 0;
+
+      expect(await sut.delete(USER, ID)).toBe(true);
+      await settled();
+
+      expect(steps).toEqual(['delete row', 'drop job', DELETE_INPUTS, `media: delete folder ${ID}`]);
+      expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status: 'complete' });
+    });
+
+    it("answers false for another user's item and leaves it alone", async () => {
+      const { sut, steps, status } = world();
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      expect(await sut.delete('someone-else', ID)).toBe(false);
+
+      expect(steps).toEqual([]);
+      expect(status()).toBe('pending');
+    });
+  });
+});
