@@ -39,7 +39,9 @@ export function requestLogging(logger: Pino) {
     if (request.url?.startsWith('/health/')) return next();
     const started = performance.now();
     response.once('close', () => {
-      const failed = response.statusCode >= 500 || !response.writableFinished;
+      // An event stream ends when its client goes away: that is how streams close, not a failure.
+      const streamed = String(response.getHeader('content-type') ?? '').startsWith('text/event-stream');
+      const failed = response.statusCode >= 500 || (!response.writableFinished && !streamed);
       const level: Level = failed ? 'error' : 'info';
       if (!logger.isLevelEnabled(level)) return;
       logger[level](
@@ -48,7 +50,7 @@ export function requestLogging(logger: Pino) {
           res: { statusCode: response.statusCode },
           responseTime: Math.round(performance.now() - started),
         },
-        response.writableFinished ? 'request completed' : 'request aborted',
+        response.writableFinished ? 'request completed' : streamed ? 'event stream closed' : 'request aborted',
       );
     });
     next();

@@ -14,6 +14,7 @@ const PROBLEM_TYPES: Record<ProblemCode, { status: number; title: string }> = {
   not_found: { status: 404, title: 'Not found' },
   idempotency_in_progress: { status: 409, title: 'Request with this idempotency key is in progress' },
   not_complete: { status: 409, title: 'History item is not complete' },
+  not_pending: { status: 409, title: 'History item is not pending' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   unknown_tool: { status: 422, title: 'Unknown tool' },

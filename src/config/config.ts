@@ -66,6 +66,8 @@ export class AppConfig {
   /** How long one engine call may take before it counts as a failed attempt. */
   readonly engineTimeoutMs: number;
   readonly reconcileIntervalMs: number;
+  /** How often an idle event stream sends a comment line, so proxies do not close it. */
+  readonly eventStreamHeartbeatMs: number;
   readonly shutdownTimeoutMs: number;
   readonly authCacheTtlMs: number;
   /** 401s one client address may collect in a minute; beyond that it gets 429 before its key is even looked up. */
@@ -117,6 +119,7 @@ export class AppConfig {
     this.jobStalledCheckMs = read.int('JOB_STALLED_CHECK_MS', 15_000, 100, 3_600_000);
     this.engineTimeoutMs = read.int('ENGINE_TIMEOUT_MS', 120_000, 100, 3_600_000);
     this.reconcileIntervalMs = read.int('RECONCILE_INTERVAL_MS', 30_000, 100, 3_600_000);
+    this.eventStreamHeartbeatMs = read.int('EVENT_STREAM_HEARTBEAT_MS', 15_000, 100, 3_600_000);
     this.shutdownTimeoutMs = read.int('SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000);
     this.authCacheTtlMs = read.int('AUTH_CACHE_TTL_MS', 10_000, 0, 3_600_000);
     this.authFailuresPerMinute = read.int('AUTH_FAILURES_PER_MINUTE', 30, 1, 1_000_000);

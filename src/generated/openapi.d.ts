@@ -102,6 +102,11 @@ export interface paths {
          *
          *     **Limits per user.** At most 10 pending jobs (`429 too_many_pending`) and 60 job creations a
          *     minute (`429 rate_limited`); wait the `Retry-After` seconds.
+         *
+         *     **Knowing sooner than polling.** Send `Prefer: wait=N` (1 to 60 seconds, RFC 7240) to have a job
+         *     that ends within N seconds answered `200` with its final `status`; otherwise the answer is
+         *     `202` as always. Or open `GET /user/generation-history/{id}/events` (an event stream) with the
+         *     id from the answer.
          */
         post: operations["createGenerationJob"];
         delete?: never;
@@ -156,6 +161,10 @@ export interface paths {
          *     What the fields hold in each status is described on the `HistoryItem` schema.
          *     An id that is not a UUID answers `400`; an item that does not exist or belongs to another
          *     user answers `404` (the two are indistinguishable).
+         *
+         *     Instead of polling, send `Prefer: wait=N` (1 to 60): the answer comes as soon as the item is
+         *     final, or after N seconds with it still `pending`, with `Preference-Applied: wait=N`. Or open
+         *     its event stream (`GET /user/generation-history/{id}/events`).
          */
         get: operations["getHistoryItem"];
         put?: never;
@@ -168,6 +177,91 @@ export interface paths {
          *     item or another user's item answers `404`. An id that is not a UUID answers `400`.
          */
         delete: operations["deleteHistoryItem"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user/generation-history/{id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `history_item_id` returned by job creation (a UUID). Not a UUID answers `400`.
+                 * @example 3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
+                 */
+                id: components["parameters"]["HistoryItemId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Follow one history item as an event stream
+         * @description A `text/event-stream` (Server-Sent Events) of one of the caller's items. The first event is the
+         *     item as it is now; then one event each time it changes; the stream ends after the item is
+         *     final (`complete` or `error`) or deleted. A stream opened after the job ended gets the final
+         *     item as its only event. Each event is `event: item` with `data:` the item exactly as
+         *     `GET /user/generation-history/{id}` returns it; a comment line (`: keep-alive`) every 15 s
+         *     keeps proxies from closing the connection. Events reach a stream on any API replica.
+         *     An id that is not a UUID answers `400`; another user's or a missing item `404`.
+         */
+        get: operations["streamHistoryItemEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user/generation-history/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `history_item_id` returned by job creation (a UUID). Not a UUID answers `400`.
+                 * @example 3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
+                 */
+                id: components["parameters"]["HistoryItemId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel a pending job
+         * @description Ends one of the caller's pending jobs as `error` with `error.code = "canceled"` and answers the
+         *     item. A job still queued never runs; a running one's result is thrown away. Its event stream
+         *     and webhook announce the change like any other end. A job already `complete` or `error`
+         *     answers `409 not_pending`; another user's or a missing item `404`.
+         */
+        post: operations["cancelHistoryItem"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow all of the caller's history items as an event stream
+         * @description A `text/event-stream` of every change to any of the caller's items, open-ended, for history
+         *     pages: `event: item` with `data:` the item as `GET /user/generation-history/{id}` returns it
+         *     (a new job, a job that completed or failed), and `event: deleted` with
+         *     `data: {"history_item_id": "..."}` when an item is deleted. It starts with no event: list the
+         *     history first, then apply the events. A comment line every 15 s keeps proxies from closing it.
+         */
+        get: operations["streamUserEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -433,6 +527,31 @@ export interface components {
              */
             status: "pending";
         };
+        /** @description Answer to job creation with `Prefer: wait=N` when the job ended within N seconds. */
+        JobFinished: {
+            /**
+             * Format: uuid
+             * @description Identifier of the new history item.
+             * @example 3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
+             */
+            history_item_id: string;
+            /**
+             * @description Relative media path of the preview; served when `status` is `complete`.
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp
+             */
+            preview_image: string;
+            /**
+             * @description Relative media path of the full-resolution result; served when `status` is `complete`.
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg
+             */
+            stock_image: string;
+            /**
+             * @description The job's final status; for `error`, read the item for its `error`.
+             * @example complete
+             * @enum {string}
+             */
+            status: "complete" | "error";
+        };
         /**
          * @description One generation job of the calling user.
          *
@@ -525,12 +644,15 @@ export interface components {
             /**
              * @description `invalid_image`: an input could not be decoded or processed as an image.
              *     `engine_failed`: the generation engine failed. `timeout`: processing took too long.
-             *     `canceled`: the job was canceled before it produced a result.
+             *     `canceled`: the job was canceled (`POST /user/generation-history/{id}/cancel`) before it
+             *     produced a result. `no_person_found`: a person tool found nobody in the person image.
+             *     `unsupported_input`: the engine cannot make a right result from this input (the message
+             *     says what input would work).
              *     Sending a new request is the remedy for `engine_failed` and `timeout`.
              * @example engine_failed
              * @enum {string}
              */
-            code: "invalid_image" | "engine_failed" | "timeout" | "canceled";
+            code: "invalid_image" | "engine_failed" | "timeout" | "canceled" | "no_person_found" | "unsupported_input";
             /**
              * @description Human-readable explanation, for display or logs; do not parse it.
              * @example The generation engine did not return a result.
@@ -578,7 +700,7 @@ export interface components {
          *     | `bad_request`, `validation_failed`, `unexpected_field`, `malformed_multipart` | 400 |
          *     | `unauthorized` | 401 |
          *     | `not_found` | 404 |
-         *     | `idempotency_in_progress`, `not_complete` | 409 |
+         *     | `idempotency_in_progress`, `not_complete`, `not_pending` | 409 |
          *     | `payload_too_large` | 413 |
          *     | `unsupported_media_type` | 415 |
          *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused` | 422 |
@@ -612,7 +734,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "payload_too_large" | "unsupported_media_type" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history
@@ -730,8 +852,8 @@ export interface components {
         };
         /**
          * @description The request conflicts with the current state: feedback on an item that is not `complete`
-         *     (`not_complete`), or a job creation whose `Idempotency-Key` is still being handled
-         *     (`idempotency_in_progress`; retry in a moment).
+         *     (`not_complete`), canceling a job that is already final (`not_pending`), or a job creation
+         *     whose `Idempotency-Key` is still being handled (`idempotency_in_progress`; retry in a moment).
          */
         Conflict: {
             headers: {
@@ -836,6 +958,13 @@ export interface components {
          */
         HistoryItemId: string;
         /**
+         * @description `wait=N` (RFC 7240), N from 1 to 60: hold the answer until the job is final, for at most N
+         *     seconds. Other preferences in the header are ignored; a `wait` outside 1..60 answers
+         *     `400 validation_failed`.
+         * @example wait=30
+         */
+        PreferWait: string;
+        /**
          * @description Optional key (1 to 255 characters; a fresh UUID per logical request is a good choice) that
          *     makes retries safe: the same user and key within 24 hours returns the first answer and
          *     creates nothing. Reused with a different payload: `422 idempotency_key_reused`; while the
@@ -847,6 +976,11 @@ export interface components {
     };
     requestBodies: never;
     headers: {
+        /**
+         * @description `wait=N`: the `Prefer: wait=N` of the request was applied.
+         * @example wait=30
+         */
+        PreferenceApplied: string;
         /**
          * @description Seconds to wait before trying again.
          * @example 30
@@ -963,6 +1097,13 @@ export interface operations {
                  * @example 0b8f5e52-6c1a-4e93-a7d4-2f9c3e1b7a60
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description `wait=N` (RFC 7240), N from 1 to 60: hold the answer until the job is final, for at most N
+                 *     seconds. Other preferences in the header are ignored; a `wait` outside 1..60 answers
+                 *     `400 validation_failed`.
+                 * @example wait=30
+                 */
+                Prefer?: components["parameters"]["PreferWait"];
             };
             path?: never;
             cookie?: never;
@@ -1024,8 +1165,35 @@ export interface operations {
         };
         responses: {
             /**
+             * @description With `Prefer: wait=N` only: the job was accepted and ended within N seconds. The body is the
+             *     creation answer with the job's final `status`; read the item for its error, if any.
+             */
+            200: {
+                headers: {
+                    /**
+                     * @description Path of the history item, `/user/generation-history/{history_item_id}`.
+                     * @example /user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
+                     */
+                    Location?: string;
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "history_item_id": "3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44",
+                     *       "preview_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp",
+                     *       "stock_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg",
+                     *       "status": "complete"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobFinished"];
+                };
+            };
+            /**
              * @description Job accepted and queued with status `pending`. Also the answer to a repeated request
-             *     with the same `Idempotency-Key` (the first answer, unchanged).
+             *     with the same `Idempotency-Key` (the first answer, unchanged), and, with `Prefer: wait=N`,
+             *     to a job still pending after N seconds (with `Preference-Applied`).
              */
             202: {
                 headers: {
@@ -1106,7 +1274,15 @@ export interface operations {
     getHistoryItem: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `wait=N` (RFC 7240), N from 1 to 60: hold the answer until the job is final, for at most N
+                 *     seconds. Other preferences in the header are ignored; a `wait` outside 1..60 answers
+                 *     `400 validation_failed`.
+                 * @example wait=30
+                 */
+                Prefer?: components["parameters"]["PreferWait"];
+            };
             path: {
                 /**
                  * @description The `history_item_id` returned by job creation (a UUID). Not a UUID answers `400`.
@@ -1121,6 +1297,7 @@ export interface operations {
             /** @description The history item. */
             200: {
                 headers: {
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1159,6 +1336,125 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    streamHistoryItemEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `history_item_id` returned by job creation (a UUID). Not a UUID answers `400`.
+                 * @example 3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
+                 */
+                id: components["parameters"]["HistoryItemId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example event: item
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null}
+                     *
+                     *     event: item
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z"}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    cancelHistoryItem: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `history_item_id` returned by job creation (a UUID). Not a UUID answers `400`.
+                 * @example 3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
+                 */
+                id: components["parameters"]["HistoryItemId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The canceled item. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "history_item_id": "3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44",
+                     *       "tool": "fashion_swap",
+                     *       "generation_type": "fashion_swap_full",
+                     *       "status": "error",
+                     *       "preview_url": null,
+                     *       "stock_url": null,
+                     *       "output_url": null,
+                     *       "like": null,
+                     *       "error": {
+                     *         "code": "canceled",
+                     *         "message": "The job was canceled."
+                     *       },
+                     *       "created_at": "2025-06-01T12:00:00.000Z",
+                     *       "updated_at": "2025-06-01T12:00:02.250Z",
+                     *       "completed_at": "2025-06-01T12:00:02.250Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["HistoryItem"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    streamUserEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example event: item
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null}
+                     *
+                     *     event: deleted
+                     *     data: {"history_item_id":"7a9e3c51-2d4f-4b6a-8e1c-0f5d2a7b9c13"}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            401: components["responses"]["Unauthorized"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

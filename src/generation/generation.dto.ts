@@ -2,6 +2,7 @@ import type { components } from '../generated/openapi.js';
 import { mediaPath } from '../media/media.js';
 
 type JobAcceptedSchema = components['schemas']['JobAccepted'];
+type JobFinishedSchema = components['schemas']['JobFinished'];
 
 export class JobAcceptedDto implements JobAcceptedSchema {
   history_item_id: string;
@@ -16,5 +17,17 @@ export class JobAcceptedDto implements JobAcceptedSchema {
       stock_image: mediaPath(historyItemId, 'stock'),
       status: 'pending',
     };
+  }
+}
+
+/** The creation answer of a job that ended while the request waited (`Prefer: wait`). */
+export class JobFinishedDto implements JobFinishedSchema {
+  history_item_id: string;
+  preview_image: string;
+  stock_image: string;
+  status: 'complete' | 'error';
+
+  static of(historyItemId: string, status: JobFinishedDto['status']): JobFinishedDto {
+    return { ...JobAcceptedDto.of(historyItemId), status };
   }
 }

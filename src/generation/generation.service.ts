@@ -5,9 +5,10 @@ import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { inputKeysOf, type StoredInput } from '../jobs/history-item.entity.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
+import { JobWaits } from '../jobs/job-waits.js';
 import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
-import { JobAcceptedDto } from './generation.dto.js';
+import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
 import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
 import { CreationRateLimit } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
@@ -21,6 +22,7 @@ export class GenerationService {
     private readonly config: AppConfig,
     private readonly uploads: UploadParser,
     private readonly lifecycle: JobLifecycle,
+    private readonly waits: JobWaits,
     private readonly idempotency: IdempotencyKeys,
     private readonly rateLimit: CreationRateLimit,
   ) {}
@@ -48,6 +50,18 @@ export class GenerationService {
       // An accepted job's files were moved into the input store; an upload that made no job leaves nothing.
       if (!accepted) await this.uploads.discard(upload);
     }
+  }
+
+  /**
+   * Holds an accepted job's answer for at most `seconds` (`Prefer: wait`): a job that ends meanwhile is answered 200
+   * with its final status, one still pending 202 as before.
+   */
+  async awaitOutcome(userId: string, answer: StoredResponse, seconds: number): Promise<StoredResponse> {
+    const headers = { ...answer.headers, 'Preference-Applied': `wait=${seconds}` };
+    const { history_item_id: id } = answer.body as JobAcceptedDto;
+    const item = await this.waits.untilFinal(userId, id, seconds * 1000);
+    if (!item || item.status === 'pending') return { ...answer, headers };
+    return { status: 200, headers, body: JobFinishedDto.of(id, item.status) };
   }
 
   /** Takes a creation from the user's per-minute budget for the job it records and queues. */

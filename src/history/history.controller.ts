@@ -1,11 +1,14 @@
-import { Body, Controller, Delete, Get, HttpCode, Param, Patch, Query, Req } from '@nestjs/common';
-import type { Request } from 'express';
+import { Body, Controller, Delete, Get, HttpCode, Param, Patch, Post, Query, Req, Res } from '@nestjs/common';
+import type { Request, Response } from 'express';
 import { CurrentUser, type Principal } from '../auth/auth.decorators.js';
 import { isGenerationType } from '../catalog/catalog.js';
+import { holdOpen, preferredWait } from '../common/prefer.js';
 import { DomainError } from '../common/problem.js';
+import { AppConfig } from '../config/config.js';
 import { isUuid } from '../common/uuid.js';
 import type { JobStatus } from '../jobs/history-item.entity.js';
 import type { HistoryItemDto, HistoryPageDto } from './history.dto.js';
+import { HistoryStreams } from './history-streams.js';
 import { type HistoryQuery, HistoryService } from './history.service.js';
 
 const STATUSES: readonly string[] = ['pending', 'complete', 'error'] satisfies JobStatus[];
@@ -13,7 +16,11 @@ const MAX_LIMIT = 100;
 
 @Controller('user/generation-history')
 export class HistoryController {
-  constructor(private readonly history: HistoryService) {}
+  constructor(
+    private readonly history: HistoryService,
+    private readonly streams: HistoryStreams,
+    private readonly config: AppConfig,
+  ) {}
 
   @Get()
   list(@CurrentUser() user: Principal, @Query() query: Record<string, unknown>): Promise<HistoryPageDto> {
@@ -21,8 +28,30 @@ export class HistoryController {
   }
 
   @Get(':id')
-  get(@CurrentUser() user: Principal, @Param('id') id: string): Promise<HistoryItemDto> {
-    return this.history.get(user.userId, historyItemId(id));
+  async get(
+    @CurrentUser() user: Principal,
+    @Param('id') id: string,
+    @Req() request: Request,
+    @Res({ passthrough: true }) response: Response,
+  ): Promise<HistoryItemDto> {
+    const itemId = historyItemId(id);
+    const wait = preferredWait(request.headers.prefer);
+    if (wait === undefined) return this.history.get(user.userId, itemId);
+    holdOpen(request, response, wait, this.config.httpIdleTimeoutMs);
+    const item = await this.history.get(user.userId, itemId, wait);
+    response.setHeader('Preference-Applied', `wait=${wait}`);
+    return item;
+  }
+
+  @Get(':id/events')
+  async events(@CurrentUser() user: Principal, @Param('id') id: string, @Res() response: Response): Promise<void> {
+    await this.streams.followItem(user.userId, historyItemId(id), response);
+  }
+
+  @Post(':id/cancel')
+  @HttpCode(200)
+  cancel(@CurrentUser() user: Principal, @Param('id') id: string): Promise<HistoryItemDto> {
+    return this.history.cancel(user.userId, historyItemId(id));
   }
 
   @Patch('feedback/:id')
@@ -98,4 +127,15 @@ function parseFeedback(request: Request, body: unknown): boolean | null {
 
 function invalid(field: string, message: string): DomainError {
   return new DomainError('validation_failed', `Invalid ${field}: ${message}.`, { errors: [{ field, message }] });
+}
+
+/** The caller's whole history as an event stream, for history pages. */
+@Controller('user')
+export class UserEventsController {
+  constructor(private readonly streams: HistoryStreams) {}
+
+  @Get('events')
+  async events(@CurrentUser() user: Principal, @Res() response: Response): Promise<void> {
+    await this.streams.followUser(user.userId, response);
+  }
 }

@@ -1,13 +1,14 @@
 import { type MiddlewareConsumer, Module, type NestModule, RequestMethod } from '@nestjs/common';
 import { json } from 'express';
 import { JobsModule } from '../jobs/jobs.module.js';
-import { HistoryController } from './history.controller.js';
+import { HistoryController, UserEventsController } from './history.controller.js';
+import { HistoryStreams } from './history-streams.js';
 import { HistoryService } from './history.service.js';
 
 @Module({
   imports: [JobsModule],
-  controllers: [HistoryController],
-  providers: [HistoryService],
+  controllers: [HistoryController, UserEventsController],
+  providers: [HistoryService, HistoryStreams],
 })
 export class HistoryModule implements NestModule {
   /**

@@ -3,6 +3,7 @@ import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { type HistoryQuery, HistoryRepository } from '../jobs/history.repository.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
+import { JobWaits } from '../jobs/job-waits.js';
 import { HistoryItemDto, type HistoryPageDto } from './history.dto.js';
 
 export type { HistoryQuery };
@@ -13,11 +14,15 @@ export class HistoryService {
   constructor(
     private readonly items: HistoryRepository,
     private readonly lifecycle: JobLifecycle,
+    private readonly waits: JobWaits,
     private readonly config: AppConfig,
   ) {}
 
-  async get(userId: string, id: string): Promise<HistoryItemDto> {
-    const item = await this.items.findOwned(userId, id);
+  /** With `waitSeconds`, answers as soon as the item is final, or after that long with it still pending. */
+  async get(userId: string, id: string, waitSeconds?: number): Promise<HistoryItemDto> {
+    const item = waitSeconds
+      ? await this.waits.untilFinal(userId, id, waitSeconds * 1000)
+      : await this.items.findOwned(userId, id);
     if (!item) throw notFound();
     return HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
   }
@@ -39,6 +44,15 @@ export class HistoryService {
     if (outcome === undefined) throw notFound();
     if (outcome !== 'updated') {
       throw new DomainError('not_complete', `Feedback is taken on complete items; this one is ${outcome}.`);
+    }
+    return this.get(userId, id);
+  }
+
+  async cancel(userId: string, id: string): Promise<HistoryItemDto> {
+    const outcome = await this.lifecycle.cancel(userId, id);
+    if (outcome === undefined) throw notFound();
+    if (outcome !== 'canceled') {
+      throw new DomainError('not_pending', `Only pending jobs can be canceled; this one is ${outcome}.`);
     }
     return this.get(userId, id);
   }

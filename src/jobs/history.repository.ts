@@ -137,6 +137,30 @@ export class HistoryRepository {
     return row;
   }
 
+  /**
+   * Marks a user's item `error` if it is still pending; resolves the ended row, or the item's status when it is
+   * already final, or undefined when the user has no such item.
+   */
+  async failOwnedWhilePending(
+    userId: string,
+    id: string,
+    code: JobErrorCode,
+    message: string,
+  ): Promise<EndedRow | JobStatus | undefined> {
+    const [row] = await this.db.query<EndedRow>({
+      text: `UPDATE history_items
+                SET status = 'error', error_code = $3, error_message = $4, completed_at = now(), updated_at = now()
+              WHERE id = $1 AND user_id = $2 AND status = 'pending' RETURNING ${ENDED_COLUMNS}`,
+      values: [id, userId, code, message],
+    });
+    if (row) return row;
+    const [current] = await this.db.query<{ status: JobStatus }>({
+      text: 'SELECT status FROM history_items WHERE id = $1 AND user_id = $2',
+      values: [id, userId],
+    });
+    return current?.status;
+  }
+
   /** Deletes a user's item; resolves what it was, or undefined when there was none. */
   async deleteOwned(userId: string, id: string): Promise<EndedRow | undefined> {
     const [row] = await this.db.query<EndedRow>({

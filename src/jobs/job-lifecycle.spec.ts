@@ -1,4 +1,6 @@
+import type { Redis } from 'ioredis';
 import { ServiceUnavailableError } from '../common/unavailable.js';
+import type { AppConfig } from '../config/config.js';
 import type { ObjectStore } from '../media/object-store.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { JobQueue } from '../queue/job-queue.js';
@@ -77,7 +79,8 @@ function world(options: { queueDown?: boolean; pendingLimitReached?: boolean } =
   });
   const outcomes: string[] = [];
   const metrics = { countJobOutcome: (_tool: string, outcome: string) => outcomes.push(outcome) };
-  const events = new JobEvents();
+  const redis = { publish: () => Promise.resolve(0) };
+  const events = new JobEvents(redis as unknown as Redis, { redisPrefix: 'test' } as AppConfig);
   const announced: JobEvent[] = [];
   events.subscribe((event) => {
     announced.push(event);

@@ -3,7 +3,7 @@ import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
 import { JobQueue } from '../queue/job-queue.js';
-import { inputKeysOf, type JobErrorCode } from './history-item.entity.js';
+import { inputKeysOf, type JobErrorCode, type JobStatus } from './history-item.entity.js';
 import { type EndedRow, HistoryRepository, type JobRow, type NewHistoryItem } from './history.repository.js';
 import { JobEvents } from './job-events.js';
 
@@ -11,6 +11,7 @@ import { JobEvents } from './job-events.js';
  * The one place a job changes state, with the files each change leaves behind and the event it announces:
  *
  *   (accepted) -> pending -> complete | error        both final; nothing else, ever
+ *                                                    (`error` includes `canceled`, by the user)
  *   any state  -> (deleted)
  *
  * Every change is a database update guarded by the current status, so of two deliveries of one job, a worker and
@@ -72,6 +73,19 @@ export class JobLifecycle {
     if (!item) return false;
     await this.ended(item, code);
     return true;
+  }
+
+  /**
+   * Cancels a user's pending job: it ends `error` (`canceled`). A queued job is dropped; a running one is stopped by
+   * its worker, which watches for the change, and its result is thrown away. Resolves the item's status instead when
+   * it was already final, and undefined when the user has no such item.
+   */
+  async cancel(userId: string, id: string): Promise<'canceled' | JobStatus | undefined> {
+    const item = await this.items.failOwnedWhilePending(userId, id, 'canceled', 'The job was canceled.');
+    if (typeof item !== 'object') return item;
+    await this.queue.drop(id);
+    await this.ended(item, 'canceled');
+    return 'canceled';
   }
 
   /**

@@ -6,13 +6,14 @@ import { HistoryItem } from './history-item.entity.js';
 import { HistoryRepository } from './history.repository.js';
 import { JobEvents } from './job-events.js';
 import { JobLifecycle } from './job-lifecycle.js';
+import { JobWaits } from './job-waits.js';
 
 export const JOB_ENTITIES = [HistoryItem, HistoryCount];
 
 /** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
 @Module({
   imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule],
-  providers: [HistoryRepository, JobLifecycle, JobEvents],
-  exports: [HistoryRepository, JobLifecycle, JobEvents, QueueModule],
+  providers: [HistoryRepository, JobLifecycle, JobEvents, JobWaits],
+  exports: [HistoryRepository, JobLifecycle, JobEvents, JobWaits, QueueModule],
 })
 export class JobsModule {}

@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
+import { JobEvents } from '../jobs/job-events.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { INPUT_STORE, MEDIA_STORE, outputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
@@ -30,6 +31,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     private readonly queue: JobQueue,
     private readonly items: HistoryRepository,
     private readonly lifecycle: JobLifecycle,
+    private readonly events: JobEvents,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
     private readonly engines: EngineRegistry,
@@ -67,11 +69,17 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     if (delivery.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - delivery.queuedAt) / 1000);
     const endAttempt = this.metrics.startAttempt(item.tool);
     const deadline = AbortSignal.timeout(this.config.engineTimeoutMs);
+    // Canceled, deleted or timed out meanwhile (by an API request or the reconciler, in any process): the engine
+    // stops early, since its result would be thrown away.
+    const endedElsewhere = new AbortController();
+    const unwatch = await this.events.watch({ historyItemId: id }, (event) => {
+      if (event.kind !== 'created' && event.kind !== 'resync') endedElsewhere.abort(new Error(`item ${event.kind}`));
+    });
 
     try {
       const images: Record<string, Buffer> = {};
       for (const [name, input] of Object.entries(item.inputs)) images[name] = await this.inputs.get(input.key);
-      const signal = AbortSignal.any([this.shutdown.signal, deadline]);
+      const signal = AbortSignal.any([this.shutdown.signal, deadline, endedElsewhere.signal]);
       const started = performance.now();
       const result = await this.metrics.timeEngine(item.tool, this.config.engines[item.tool].kind, () =>
         this.engines
@@ -90,8 +98,15 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       if (completed) this.logger.log({ id, tool: item.tool, ms }, 'job complete');
       else this.logger.log({ id, tool: item.tool, ms }, 'result dropped: the item was deleted or ended meanwhile');
     } catch (error) {
+      if (endedElsewhere.signal.aborted) {
+        endAttempt('dropped');
+        this.logger.log({ id, tool: item.tool }, 'job stopped: the item was canceled, deleted or ended meanwhile');
+        return;
+      }
       endAttempt('failed');
       await this.fail(delivery, error, deadline.aborted);
+    } finally {
+      unwatch();
     }
   }
 

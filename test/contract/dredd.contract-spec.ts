@@ -105,6 +105,7 @@ describe('contract (Dredd against the built service)', () => {
       CONTRACT_API_KEY: apiKey,
       CONTRACT_OTHER_API_KEY: otherApiKey,
       CONTRACT_ERROR_ITEM_ID: await seedErrorItem(env.databaseUrl, apiKey),
+      CONTRACT_DATABASE_URL: env.databaseUrl,
     };
   }, 60_000);
 

@@ -16,12 +16,14 @@
 //
 // Inputs (environment): CONTRACT_BASE_URL, CONTRACT_API_KEY (user 1), CONTRACT_OTHER_API_KEY (user 2, for 404s on
 // user 1's items), CONTRACT_ERROR_ITEM_ID (an item of user 1 seeded with status `error`, for 409 not_complete),
+// CONTRACT_DATABASE_URL (the service's database, to seed a pending item that no worker takes, for cancel's 200),
 // optional CONTRACT_JOB_TIMEOUT_MS (how long to wait for a job to complete, default 60000).
 // The service must believe one proxy's X-Forwarded-For (TRUST_PROXY=1): the 429 transactions come from addresses
 // of their own that first use up their failed authentications, so the rest of the run is not refused.
 'use strict';
 
 const hooks = require('hooks');
+const pg = require('pg');
 const { randomUUID } = require('node:crypto');
 const { readFileSync } = require('node:fs');
 const { join } = require('node:path');
@@ -37,6 +39,7 @@ const BASE_URL = requiredEnv('CONTRACT_BASE_URL').replace(/\/+$/, '');
 const API_KEY = requiredEnv('CONTRACT_API_KEY');
 const OTHER_API_KEY = requiredEnv('CONTRACT_OTHER_API_KEY');
 const ERROR_ITEM_ID = requiredEnv('CONTRACT_ERROR_ITEM_ID');
+const DATABASE_URL = requiredEnv('CONTRACT_DATABASE_URL');
 const JOB_TIMEOUT_MS = Number(process.env.CONTRACT_JOB_TIMEOUT_MS || 60_000);
 
 const CONTRACT_FILE = join(__dirname, '..', '..', 'openapi', 'openapi.yaml');
@@ -60,6 +63,11 @@ const UNAVAILABLE =
   'cannot be provoked deterministically: 503 needs PostgreSQL or Redis to fail while the service runs, ' +
   'and every other transaction of this run needs them up';
 
+const EVENT_STREAM =
+  'Dredd cannot speak the protocol: it reads an answer to its end and compares it whole, and an event stream ' +
+  'is open-ended; test/push/push.e2e-spec.ts reads these streams event by event (first event, changes on any ' +
+  'replica, the end after the final state, heartbeats)';
+
 /** Responses that cannot be provoked deterministically against the real service. These stay skipped. */
 const SKIP_NOT_PROVOKABLE = {
   'GET /generation/tools 503': UNAVAILABLE,
@@ -72,6 +80,11 @@ const SKIP_NOT_PROVOKABLE = {
   'GET /user/generation-history/{id} 503': UNAVAILABLE,
   'DELETE /user/generation-history/{id} 503': UNAVAILABLE,
   'PATCH /user/generation-history/feedback/{id} 503': UNAVAILABLE,
+  'GET /user/generation-history/{id}/events 200': EVENT_STREAM,
+  'GET /user/generation-history/{id}/events 503': UNAVAILABLE,
+  'POST /user/generation-history/{id}/cancel 503': UNAVAILABLE,
+  'GET /user/events 200': EVENT_STREAM,
+  'GET /user/events 503': UNAVAILABLE,
   'GET /health/ready 503':
     'cannot be provoked deterministically: readiness answers 503 only while PostgreSQL or Redis is down, ' +
     'and every other transaction of this run needs them up',
@@ -227,6 +240,27 @@ async function createJob() {
   return JSON.parse(response.text).history_item_id;
 }
 
+/**
+ * A pending item of user 1 written straight to the database, with no queued job: it stays pending until canceled
+ * (the reconciler, which would queue it, first looks after ten seconds).
+ */
+async function seedPendingItem() {
+  const client = new pg.Client({ connectionString: DATABASE_URL });
+  await client.connect();
+  try {
+    const { rows } = await client.query(
+      // User 1 owns the seeded error item.
+      `INSERT INTO history_items (id, user_id, tool, generation_type, inputs)
+       SELECT $1, user_id, 'fashion_card', 'product_card', '{}' FROM history_items WHERE id = $2
+       RETURNING id`,
+      [randomUUID(), ERROR_ITEM_ID],
+    );
+    return rows[0].id;
+  } finally {
+    await client.end();
+  }
+}
+
 function requireItem() {
   if (!state.itemId) {
     throw new Error('no history_item_id: the job creation transaction (202) did not run or did not return one');
@@ -332,6 +366,10 @@ hooks.beforeEach((transaction) => {
   }
   if (state.setupError) addFailure(transaction, state.setupError);
 
+  // Dredd sends the documented example of `Prefer` (wait=30) with every request of an operation that takes it; only
+  // the transactions about waiting keep one (set below).
+  delete transaction.request.headers.Prefer;
+
   // 401 transactions and public operations go without a key; the rest authenticate as user 1.
   if (statusOf(transaction) !== 401 && !isPublic(transaction)) useKey(transaction, API_KEY);
 
@@ -398,6 +436,9 @@ const LIST = "/user/generation-history > List the caller's history items";
 const READ = '/user/generation-history/{id} > Read one history item (poll a job)';
 const DELETE = '/user/generation-history/{id} > Delete a history item';
 const FEEDBACK = '/user/generation-history/feedback/{id} > Give feedback on a history item';
+const EVENTS = '/user/generation-history/{id}/events > Follow one history item as an event stream';
+const CANCEL = '/user/generation-history/{id}/cancel > Cancel a pending job';
+const USER_EVENTS = "/user/events > Follow all of the caller's history items as an event stream";
 const RATE_LIMITED_REQUESTS = {
   [TOOLS]: () => {},
   [TYPES]: (t) => setPath(t, '/generation/generationTypes?tool=default'),
@@ -412,6 +453,9 @@ const RATE_LIMITED_REQUESTS = {
     setPath(t, `/user/generation-history/feedback/${requireItem()}`);
     setJsonBody(t, { like: true });
   },
+  [EVENTS]: (t) => setPath(t, `/user/generation-history/${requireItem()}/events`),
+  [CANCEL]: (t) => setPath(t, `/user/generation-history/${requireItem()}/cancel`),
+  [USER_EVENTS]: () => {},
 };
 for (const [operation, prepare] of Object.entries(RATE_LIMITED_REQUESTS)) {
   on('before', `${operation} > 429 > application/problem+json`, async (t) => {
@@ -442,6 +486,17 @@ expectProblemCode(
 );
 
 // POST /generation/generate_image_v2/ (Dredd would send an empty multipart body: every transaction builds its own)
+on('before', `${CREATE} > 200 > application/json`, (t) => {
+  useMultipart(t, validJobParts());
+  delete t.request.headers['Idempotency-Key'];
+  t.request.headers.Prefer = 'wait=30'; // the worker finishes a product card well within that
+});
+on('beforeValidation', `${CREATE} > 200 > application/json`, (t) => {
+  if (realJson(t).status !== 'complete') throw new Error(`the job did not complete while waiting: ${t.real.body}`);
+  if (t.real.headers['preference-applied'] !== 'wait=30') {
+    throw new Error(`Preference-Applied is "${t.real.headers['preference-applied']}", expected wait=30`);
+  }
+});
 on('before', `${CREATE} > 202 > application/json`, (t) => {
   useMultipart(t, validJobParts());
   t.request.headers['Idempotency-Key'] = randomUUID();
@@ -496,7 +551,13 @@ on('before', `${LIST} > 400 > application/problem+json`, (t) => setPath(t, '/use
 expectProblemCode(`${LIST} > 400 > application/problem+json`, 'validation_failed');
 
 // GET /user/generation-history/{id}
-on('before', `${READ} > 200 > application/json`, (t) => setPath(t, `/user/generation-history/${requireItem()}`));
+on('before', `${READ} > 200 > application/json`, (t) => {
+  setPath(t, `/user/generation-history/${requireItem()}`);
+  t.request.headers.Prefer = 'wait=30'; // answered as soon as the job above is final, with Preference-Applied
+});
+on('beforeValidation', `${READ} > 200 > application/json`, (t) => {
+  if (realJson(t).status === 'pending') throw new Error(`Prefer: wait=30 answered a pending item: ${t.real.body}`);
+});
 on('before', `${READ} > 400 > application/problem+json`, (t) => setPath(t, '/user/generation-history/not-a-uuid'));
 expectProblemCode(`${READ} > 400 > application/problem+json`, 'validation_failed');
 on('before', `${READ} > 401 > application/problem+json`, (t) =>
@@ -507,6 +568,50 @@ on('before', `${READ} > 404 > application/problem+json`, (t) => {
   useKey(t, OTHER_API_KEY); // user 1's item asked for by user 2
 });
 expectProblemCode(`${READ} > 404 > application/problem+json`, 'not_found');
+
+// GET /user/generation-history/{id}/events (the 200 stream is skipped above: see EVENT_STREAM)
+on('before', `${EVENTS} > 400 > application/problem+json`, (t) =>
+  setPath(t, '/user/generation-history/not-a-uuid/events'),
+);
+expectProblemCode(`${EVENTS} > 400 > application/problem+json`, 'validation_failed');
+on('before', `${EVENTS} > 401 > application/problem+json`, (t) =>
+  setPath(t, `/user/generation-history/${requireItem()}/events`),
+);
+on('before', `${EVENTS} > 404 > application/problem+json`, (t) => {
+  setPath(t, `/user/generation-history/${requireItem()}/events`);
+  useKey(t, OTHER_API_KEY);
+});
+expectProblemCode(`${EVENTS} > 404 > application/problem+json`, 'not_found');
+
+// POST /user/generation-history/{id}/cancel (200 cancels a pending item seeded for it: no worker ever takes it)
+on('before', `${CANCEL} > 200 > application/json`, async (t) =>
+  setPath(t, `/user/generation-history/${await seedPendingItem()}/cancel`),
+);
+on('beforeValidation', `${CANCEL} > 200 > application/json`, (t) => {
+  const item = realJson(t);
+  if (item.status !== 'error' || !item.error || item.error.code !== 'canceled') {
+    throw new Error(`the canceled item is not error/canceled: ${t.real.body}`);
+  }
+});
+on('before', `${CANCEL} > 400 > application/problem+json`, (t) =>
+  setPath(t, '/user/generation-history/not-a-uuid/cancel'),
+);
+expectProblemCode(`${CANCEL} > 400 > application/problem+json`, 'validation_failed');
+on('before', `${CANCEL} > 401 > application/problem+json`, (t) =>
+  setPath(t, `/user/generation-history/${requireItem()}/cancel`),
+);
+on('before', `${CANCEL} > 404 > application/problem+json`, (t) => {
+  setPath(t, `/user/generation-history/${requireItem()}/cancel`);
+  useKey(t, OTHER_API_KEY);
+});
+expectProblemCode(`${CANCEL} > 404 > application/problem+json`, 'not_found');
+on('before', `${CANCEL} > 409 > application/problem+json`, (t) =>
+  setPath(t, `/user/generation-history/${ERROR_ITEM_ID}/cancel`),
+);
+expectProblemCode(`${CANCEL} > 409 > application/problem+json`, 'not_pending');
+
+// GET /user/events (the 200 stream is skipped above: see EVENT_STREAM)
+expectProblemCode(`${USER_EVENTS} > 401 > application/problem+json`, 'unauthorized');
 
 // DELETE /user/generation-history/{id} (204 deletes a job of its own, so user 1's item lives on for feedback)
 on('before', `${DELETE} > 204`, async (t) => setPath(t, `/user/generation-history/${await createJob()}`));

@@ -1,0 +1,42 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { DomainError } from './problem.js';
+
+/** The longest `Prefer: wait` a request may ask for, in seconds. */
+export const MAX_WAIT_SECONDS = 60;
+
+/**
+ * The `wait` preference of a request's `Prefer` headers (RFC 7240), in seconds; undefined when there is none. Other
+ * preferences (a mock's `code=` or `example=`, `respond-async`) are not this service's and are ignored.
+ */
+export function preferredWait(header: string | string[] | undefined): number | undefined {
+  const values = Array.isArray(header) ? header : header === undefined ? [] : [header];
+  for (const preference of values.flatMap((value) => value.split(','))) {
+    const [name, value] = preference.split('=', 2).map((part) => part.trim());
+    if (name.toLowerCase() !== 'wait') continue;
+    const seconds = /^\d{1,2}$/.test(value ?? '') ? Number(value) : NaN;
+    if (!(seconds >= 1 && seconds <= MAX_WAIT_SECONDS)) {
+      const message = `wait must be a whole number of seconds from 1 to ${MAX_WAIT_SECONDS}`;
+      throw new DomainError('validation_failed', `Invalid Prefer: ${message}.`, {
+        errors: [{ field: 'Prefer', message }],
+      });
+    }
+    return seconds;
+  }
+  return undefined;
+}
+
+/**
+ * Keeps the connection of a request that waits `seconds` (`Prefer: wait`) from being closed as idle meanwhile, and
+ * gives it the usual idle timeout back once answered.
+ */
+export function holdOpen(
+  request: IncomingMessage,
+  response: ServerResponse,
+  seconds: number,
+  idleTimeoutMs: number,
+): void {
+  const needed = (seconds + 5) * 1000;
+  if (needed <= idleTimeoutMs) return;
+  request.socket.setTimeout(needed);
+  response.once('finish', () => request.socket.setTimeout(idleTimeoutMs));
+}

@@ -1,0 +1,82 @@
+import type { ServerResponse } from 'node:http';
+import { Injectable, Logger } from '@nestjs/common';
+import { EventStream } from '../common/event-stream.js';
+import { DomainError } from '../common/problem.js';
+import { AppConfig } from '../config/config.js';
+import { HistoryRepository } from '../jobs/history.repository.js';
+import { JobEvents, type WatchedEvent } from '../jobs/job-events.js';
+import { HistoryItemDto } from './history.dto.js';
+
+/** Event streams of a user's history: one item until it is final, or every change of all the user's items. */
+@Injectable()
+export class HistoryStreams {
+  private readonly logger = new Logger(HistoryStreams.name);
+
+  constructor(
+    private readonly items: HistoryRepository,
+    private readonly events: JobEvents,
+    private readonly config: AppConfig,
+  ) {}
+
+  /**
+   * The item as it is now, then again on each change, until it is final or gone. Watching starts before the first
+   * read, so a change committed in between is not missed; an unchanged item is not sent twice.
+   */
+  async followItem(userId: string, id: string, response: ServerResponse): Promise<void> {
+    // Changes may be announced before the stream is open; they are read once it is.
+    const open: { stream?: EventStream } = {};
+    let sent = '';
+    let reading = Promise.resolve();
+    const refresh = () => {
+      reading = reading.then(async () => {
+        const stream = open.stream;
+        if (!stream || stream.isClosed) return;
+        try {
+          const item = await this.items.findOwned(userId, id);
+          if (!item) return stream.end();
+          const dto = HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
+          const text = JSON.stringify(dto);
+          if (text !== sent) stream.send('item', dto);
+          sent = text;
+          if (item.status !== 'pending') stream.end();
+        } catch (error) {
+          // The client reconnects and reads the item afresh; an outage is not worth keeping a silent stream open.
+          this.logger.warn({ err: error, id }, 'an item event stream ended on a failed read');
+          stream.end();
+        }
+      });
+    };
+    const unwatch = await this.events.watch({ historyItemId: id }, refresh);
+    try {
+      const item = await this.items.findOwned(userId, id);
+      if (!item) throw new DomainError('not_found', 'No such history item.');
+    } catch (error) {
+      unwatch();
+      throw error;
+    }
+    open.stream = new EventStream(response, this.config.eventStreamHeartbeatMs, unwatch);
+    refresh();
+  }
+
+  /** Every change of the user's items from now on, open-ended: new and ended items, and deletions. */
+  async followUser(userId: string, response: ServerResponse): Promise<void> {
+    let reading = Promise.resolve();
+    const onEvent = (event: WatchedEvent) => {
+      // After a gap in the fan-out a history page lists its items again; a stream cannot say what was missed.
+      if (event.kind === 'resync') return;
+      reading = reading.then(async () => {
+        if (stream.isClosed) return;
+        if (event.kind === 'deleted') return stream.send('deleted', { history_item_id: event.historyItemId });
+        try {
+          const item = await this.items.findOwned(userId, event.historyItemId);
+          if (item) stream.send('item', HistoryItemDto.from(item, this.config.mediaPublicBaseUrl));
+        } catch (error) {
+          this.logger.warn({ err: error }, 'a user event stream ended on a failed read');
+          stream.end();
+        }
+      });
+    };
+    const unwatch = await this.events.watch({ userId }, onEvent);
+    const stream = new EventStream(response, this.config.eventStreamHeartbeatMs, unwatch);
+  }
+}
