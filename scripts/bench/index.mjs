@@ -20,6 +20,7 @@ const BENCHES = {
   worker: () => import('./benches/worker.mjs'),
   'upload-rss': () => import('./benches/upload-rss.mjs'),
   history: () => import('./benches/history.mjs'),
+  push: () => import('./benches/push.mjs'),
   load: () => import('./load.mjs'),
 };
 

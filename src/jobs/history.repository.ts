@@ -119,7 +119,9 @@ export class HistoryRepository {
       if (!row) return undefined;
       await work();
       await tx.query({
-        text: `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now() WHERE id = $1`,
+        // The moment of the update, not of the transaction's start: writing the outputs came in between.
+        text: `UPDATE history_items SET status = 'complete', completed_at = clock_timestamp(), updated_at = clock_timestamp()
+                WHERE id = $1`,
         values: [id],
       });
       return { ...row, status: 'complete' };

@@ -1,0 +1,223 @@
+/**
+ * push: how soon a client knows a job ended, and what idle event streams cost.
+ *
+ * 1. Completion-to-client latency: from the worker's commit (the item's `completed_at`, written by the update that
+ *    completes it) to the client holding the final item, for an event stream, `Prefer: wait`, and the seed's
+ *    polling at 2 s, 4 s, 8 s. ROLE=api and ROLE=worker run as separate processes, so every change crosses the Redis
+ *    fan-out. One fashion_card job per method every 400 ms.
+ * 2. Idle event streams: 2,000 `GET /user/events` streams held open on one API process; its RSS growth, and its item
+ *    GET throughput with them open against without (alternating rounds).
+ */
+import http from 'node:http';
+import {
+  alternateLoads,
+  createBenchEnv,
+  createUserWithKey,
+  fmtMb,
+  fmtMs,
+  keepAliveAgent,
+  log,
+  makePhoto,
+  multipartBody,
+  record,
+  requestJson,
+  rssKb,
+  sleep,
+  summarize,
+} from '../lib.mjs';
+
+const ROUNDS = 20;
+const ROUND_INTERVAL_MS = 400;
+const POLL_DELAYS_MS = [2000, 4000, 8000, 8000, 8000];
+const STREAMS = 2000;
+const STREAM_USERS = 100;
+const GET_CONNECTIONS = 50;
+const GET_DURATION_MS = 4000;
+
+export const description =
+  'completion-to-client latency (event stream, Prefer: wait, 2/4/8 s polling; API and worker apart) and 2,000 idle event streams on one API process';
+
+export async function run() {
+  const env = await createBenchEnv('push');
+  const agent = keepAliveAgent(64);
+  try {
+    const limits = { LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' };
+    const api = await env.startService({ ROLE: 'api', ...limits });
+    await env.startService({ ROLE: 'worker', ...limits });
+    const { authorization } = await createUserWithKey(env.databaseUrl);
+    const clothes = await makePhoto('clothes', 512, 512);
+    const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
+    const submit = async () => {
+      const post = await requestJson(agent, {
+        url: `${api.baseUrl}/generation/generate_image_v2/`,
+        method: 'POST',
+        headers: { Authorization: authorization, 'Content-Type': form.contentType },
+        body: form.body,
+      });
+      if (post.status !== 202) throw new Error(`POST ${post.status} ${post.body}`);
+      return post.json.history_item_id;
+    };
+    const itemUrl = (id) => `${api.baseUrl}/user/generation-history/${id}`;
+    /** Milliseconds from the commit that ended the job to now, the moment the client has the final item. */
+    const sinceCommit = (item) => Date.now() - Date.parse(item.completed_at);
+
+    const methods = {
+      'event stream': (id) => finalEventOf(`${itemUrl(id)}/events`, authorization),
+      'Prefer: wait': async (id) => {
+        const got = await requestJson(agent, {
+          url: itemUrl(id),
+          headers: { Authorization: authorization, Prefer: 'wait=30' },
+        });
+        if (got.json?.status !== 'complete') throw new Error(`Prefer: wait answered ${got.status} ${got.body}`);
+        return sinceCommit(got.json);
+      },
+      'polling 2/4/8 s': async (id) => {
+        for (const delay of POLL_DELAYS_MS) {
+          await sleep(delay);
+          const got = await requestJson(agent, { url: itemUrl(id), headers: { Authorization: authorization } });
+          if (got.json?.status === 'complete') return sinceCommit(got.json);
+        }
+        throw new Error(`job ${id} not complete after polling`);
+      },
+    };
+
+    // Warm-up: the worker's engine threads compile their pipelines, the API its fan-out connection.
+    for (let i = 0; i < 4; i++) await methods['event stream'](await submit());
+
+    const latencies = Object.fromEntries(Object.keys(methods).map((name) => [name, []]));
+    const rounds = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      rounds.push(
+        ...Object.entries(methods).map(async ([name, follow]) => latencies[name].push(await follow(await submit()))),
+      );
+      await sleep(ROUND_INTERVAL_MS);
+    }
+    await Promise.all(rounds);
+    const targets = {
+      'event stream': { op: '<=', value: 15, text: '<= 15 ms' },
+      'Prefer: wait': { op: '<=', value: 20, text: '<= 20 ms' },
+    };
+    for (const [name, values] of Object.entries(latencies)) {
+      const summary = summarize(values);
+      log(
+        `  ${name.padEnd(16)} commit-to-client p50 ${fmtMs(summary.p50)} p90 ${fmtMs(summary.p90)} max ${fmtMs(summary.max)} (${summary.n} jobs)`,
+      );
+      record(
+        'push',
+        `completion-to-client p50, ${name}`,
+        summary.p50,
+        `${fmtMs(summary.p50)} (p90 ${fmtMs(summary.p90)})`,
+        targets[name],
+      );
+    }
+    await api.stop();
+
+    await idleStreams(env);
+  } finally {
+    agent.destroy();
+    await env.dispose();
+  }
+}
+
+/**
+ * Opens an event stream and resolves with the moment its final item arrived (parsed as it arrives: the stream's end
+ * comes after), in milliseconds since the commit that ended the job.
+ */
+function finalEventOf(url, authorization) {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { headers: { Authorization: authorization }, agent: false }, (res) => {
+      if (res.statusCode !== 200) return reject(new Error(`stream answered ${res.statusCode}`));
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk) => {
+        text += chunk;
+        let end;
+        while ((end = text.indexOf('\n\n')) >= 0) {
+          const data = /^data: (.*)$/m.exec(text.slice(0, end));
+          text = text.slice(end + 2);
+          const item = data && JSON.parse(data[1]);
+          if (item?.status === 'complete') return resolve(Date.now() - Date.parse(item.completed_at));
+        }
+      });
+      res.on('end', () => reject(new Error('stream ended without the final item')));
+    });
+    req.on('error', reject);
+  });
+}
+
+async function idleStreams(env) {
+  const api = await env.startService({ ROLE: 'api' });
+  const users = [];
+  for (let i = 0; i < STREAM_USERS; i++) users.push(await createUserWithKey(env.databaseUrl));
+  // Items to GET: one of the first user's, read back through the API (its own row, pending forever: no worker).
+  const { authorization } = users[0];
+  const photo = await makePhoto('clothes', 256, 256);
+  const form = multipartBody({ tool: 'fashion_card', clothes: { data: photo, filename: 'clothes.jpg' } });
+  const post = await requestJson(undefined, {
+    url: `${api.baseUrl}/generation/generate_image_v2/`,
+    method: 'POST',
+    headers: { Authorization: authorization, 'Content-Type': form.contentType },
+    body: form.body,
+  });
+  const id = post.json.history_item_id;
+  const make = () => ({
+    url: `${api.baseUrl}/user/generation-history/${id}`,
+    headers: { Authorization: authorization },
+  });
+
+  const before = await alternateLoads(
+    { without: { make, pid: api.pid } },
+    { rounds: 2, concurrency: GET_CONNECTIONS, durationMs: GET_DURATION_MS, warmupMs: 2000 },
+  );
+  await sleep(1000);
+  const rssBefore = rssKb(api.pid);
+  const streams = [];
+  for (let i = 0; i < STREAMS; i++)
+    streams.push(openIdle(`${api.baseUrl}/user/events`, users[i % STREAM_USERS].authorization));
+  await Promise.all(streams.map((stream) => stream.opened));
+  await sleep(3000);
+  const rssWith = rssKb(api.pid);
+  const after = await alternateLoads(
+    { with: { make, pid: api.pid } },
+    { rounds: 2, concurrency: GET_CONNECTIONS, durationMs: GET_DURATION_MS, warmupMs: 1000 },
+  );
+  const open = streams.filter((stream) => !stream.closed()).length;
+  for (const stream of streams) stream.close();
+  const growth = rssWith - rssBefore;
+  const ratio = after.with.rps / before.without.rps;
+  log(
+    `  ${STREAMS} streams (${open} still open after the loads): RSS ${fmtMb(rssBefore)} -> ${fmtMb(rssWith)}, item GET ${before.without.rps.toFixed(0)} -> ${after.with.rps.toFixed(0)} req/s`,
+  );
+  record('push', `API RSS growth with ${STREAMS} idle event streams`, growth / 1024, fmtMb(growth), {
+    op: '<=',
+    value: 150,
+    text: '<= 150 MB',
+  });
+  record(
+    'push',
+    `item GET req/s with ${STREAMS} streams open / without`,
+    ratio,
+    `${ratio.toFixed(2)} (${after.with.rps.toFixed(0)} / ${before.without.rps.toFixed(0)})`,
+    { op: '>=', value: 0.8, text: '>= 0.8' },
+  );
+  await api.stop();
+}
+
+/** An event stream held open and never read from, as an idle browser tab holds one. */
+function openIdle(url, authorization) {
+  let closed = false;
+  let req;
+  const opened = new Promise((resolve, reject) => {
+    req = http.get(url, { headers: { Authorization: authorization }, agent: false }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`stream answered ${res.statusCode}`));
+      res.on('data', () => {});
+      res.on('close', () => (closed = true));
+      resolve();
+    });
+    req.on('error', (error) => {
+      closed = true;
+      reject(error);
+    });
+  });
+  return { opened, closed: () => closed, close: () => req.destroy() };
+}
