@@ -21,7 +21,7 @@ export class EventStream {
       'X-Accel-Buffering': 'no',
     });
     response.flushHeaders();
-    this.heartbeat = setInterval(() => response.write(': keep-alive\n\n'), heartbeatMs);
+    this.heartbeat = setInterval(() => this.comment('keep-alive'), heartbeatMs);
     response.once('close', () => {
       this.closed = true;
       clearInterval(this.heartbeat);
@@ -31,6 +31,11 @@ export class EventStream {
 
   get isClosed(): boolean {
     return this.closed;
+  }
+
+  /** A comment line: ignored by clients, it shows the stream is alive. */
+  comment(text: string): void {
+    if (!this.closed) this.response.write(`: ${text}\n\n`);
   }
 
   send(event: string, data: unknown): void {

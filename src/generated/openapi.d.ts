@@ -255,8 +255,9 @@ export interface paths {
          * @description A `text/event-stream` of every change to any of the caller's items, open-ended, for history
          *     pages: `event: item` with `data:` the item as `GET /user/generation-history/{id}` returns it
          *     (a new job, a job that completed or failed), and `event: deleted` with
-         *     `data: {"history_item_id": "..."}` when an item is deleted. It starts with no event: list the
-         *     history first, then apply the events. A comment line every 15 s keeps proxies from closing it.
+         *     `data: {"history_item_id": "..."}` when an item is deleted. It starts with a comment line
+         *     (`: stream open`) and no event: list the history first, then apply the events. A comment line
+         *     every 15 s keeps proxies from closing it.
          */
         get: operations["streamUserEvents"];
         put?: never;

@@ -78,5 +78,7 @@ export class HistoryStreams {
     };
     const unwatch = await this.events.watch({ userId }, onEvent);
     const stream = new EventStream(response, this.config.eventStreamHeartbeatMs, unwatch);
+    // Nothing else may come for a while: clients and proxies see at once that the stream is open.
+    stream.comment('stream open');
   }
 }

@@ -405,6 +405,7 @@ describe('requests generated from the contract', () => {
   it('covers every operation of the contract', () => {
     expect(operations.map((o) => o.id).sort()).toEqual(
       [
+        'cancelHistoryItem',
         'createGenerationJob',
         'deleteHistoryItem',
         'getHistoryItem',
@@ -417,6 +418,8 @@ describe('requests generated from the contract', () => {
         'listHistoryItems',
         'listTools',
         'setHistoryItemFeedback',
+        'streamHistoryItemEvents',
+        'streamUserEvents',
       ].sort(),
     );
   });

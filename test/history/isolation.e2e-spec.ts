@@ -19,6 +19,16 @@ const ID_ROUTES: Record<string, { method: string; pathTemplate: string; path: (i
       path: (id) => `/user/generation-history/feedback/${id}`,
       body: '{"like": false}',
     },
+    'GET /user/generation-history/{id}/events': {
+      method: 'GET',
+      pathTemplate: '/user/generation-history/{id}/events',
+      path: (id) => `/user/generation-history/${id}/events`,
+    },
+    'POST /user/generation-history/{id}/cancel': {
+      method: 'POST',
+      pathTemplate: '/user/generation-history/{id}/cancel',
+      path: (id) => `/user/generation-history/${id}/cancel`,
+    },
     'DELETE /user/generation-history/{id}': {
       method: 'DELETE',
       pathTemplate: '/user/generation-history/{id}',
