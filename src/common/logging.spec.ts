@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
 import { Logger } from '@nestjs/common';
 import { pino } from 'pino';
-import { JsonLogger, requestLogging } from './logging.js';
+import { createRootLogger, JsonLogger, requestLogging } from './logging.js';
 
 /** A pino logger at `level` whose lines are collected, parsed. */
 function capture(level = 'trace') {
@@ -25,6 +25,7 @@ function exchange(url: string, headers: Record<string, string> = {}) {
     statusCode: 200,
     writableFinished: false,
     setHeader: (name: string, value: unknown) => (sent[name.toLowerCase()] = value),
+    getHeader: (name: string) => sent[name.toLowerCase()],
   });
   const finish = (statusCode: number) => {
     response.statusCode = statusCode;
@@ -76,6 +77,18 @@ describe('JsonLogger', () => {
         err: expect.objectContaining({ message: 'boom', stack: 'Error: boom\n    at handler (app.js:1:1)' }),
       }),
     ]);
+  });
+
+  it("logs Nest's start-up chatter (a line per module and route) at debug, not info", async () => {
+    const { logger, lines } = capture('info');
+    const sut = new JsonLogger(logger);
+
+    sut.log('Mapped {/generation/tools, GET} route', 'RouterExplorer');
+    sut.log('AppModule dependencies initialized', 'InstanceLoader');
+    sut.log('Nest application successfully started', 'NestApplication');
+    await flush();
+
+    expect(lines.map((line) => line.msg)).toEqual(['Nest application successfully started']);
   });
 
   it('writes nothing below its level', async () => {
@@ -148,6 +161,18 @@ describe('requestLogging', () => {
     ]);
   });
 
+  it('logs an event stream its client closed as closed, not as an error', async () => {
+    const { logger, lines } = capture('info');
+    const stream = exchange('/user/events');
+
+    requestLogging(logger)(stream.request, stream.response, () => {});
+    stream.response.setHeader('Content-Type', 'text/event-stream; charset=utf-8');
+    stream.abort();
+    await flush();
+
+    expect(lines).toEqual([expect.objectContaining({ level: 30, msg: 'event stream closed' })]);
+  });
+
   it('does not log health probes', async () => {
     const { logger, lines } = capture('info');
     const probe = exchange('/health/ready');
@@ -158,4 +183,48 @@ describe('requestLogging', () => {
 
     expect(lines).toEqual([]);
   });
+});
+
+describe('createRootLogger', () => {
+  /** What the logger writes, as text. */
+  function sink() {
+    let text = '';
+    const stream = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        text += chunk.toString();
+        done();
+      },
+    });
+    return { stream, text: () => text };
+  }
+
+  it.each([
+    ['auto', false],
+    ['json', true],
+  ] as const)('writes JSON lines with LOG_FORMAT=%s and stdout a terminal: %s', async (logFormat, terminal) => {
+    const { stream, text } = sink();
+    const sut = createRootLogger({ logLevel: 'info', logFormat }, terminal, stream);
+
+    sut.info({ context: 'Bootstrap' }, 'Serving role "all"');
+    await flush();
+
+    expect(JSON.parse(text())).toMatchObject({ level: 30, context: 'Bootstrap', msg: 'Serving role "all"' });
+  });
+
+  it.each([
+    ['auto', true],
+    ['pretty', false],
+  ] as const)(
+    'writes one readable line per event with LOG_FORMAT=%s and stdout a terminal: %s',
+    async (logFormat, terminal) => {
+      const { stream, text } = sink();
+      const sut = createRootLogger({ logLevel: 'info', logFormat }, terminal, stream);
+
+      sut.info({ context: 'Bootstrap' }, 'Serving role "all"');
+      await flush();
+
+      const plain = text().replace(new RegExp(`${String.fromCharCode(0x1b)}\\[[0-9;]*m`, 'g'), '');
+      expect(plain).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: \[Bootstrap\] Serving role "all"\n$/);
+    },
+  );
 });

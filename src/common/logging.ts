@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { LoggerService } from '@nestjs/common';
 import { type Level, type Logger as Pino, pino } from 'pino';
+import pretty from 'pino-pretty';
 import { containsApiKey, maskApiKeys } from './api-key.js';
 import type { AppConfig } from '../config/config.js';
 
@@ -19,9 +20,27 @@ function assignRequestId(request: Request, response: ServerResponse): void {
   response.setHeader('X-Request-Id', id);
 }
 
-/** One JSON line per event on stdout; everything in the process logs through this one instance. */
-export function createRootLogger(config: Pick<AppConfig, 'logLevel'>): Pino {
-  return pino({ level: config.logLevel });
+/**
+ * Everything in the process logs through this one instance, on stdout: JSON lines for log collectors, or, for a
+ * person at a terminal (LOG_FORMAT=auto and stdout a TTY, or LOG_FORMAT=pretty), one readable line per event.
+ */
+export function createRootLogger(
+  config: Pick<AppConfig, 'logLevel' | 'logFormat'>,
+  stdoutIsTerminal = process.stdout.isTTY === true,
+  destination: NodeJS.WritableStream = process.stdout,
+): Pino {
+  const readable = config.logFormat === 'pretty' || (config.logFormat === 'auto' && stdoutIsTerminal);
+  if (!readable) return pino({ level: config.logLevel }, destination);
+  // In this thread, not pino's transport thread: the lines stay in order with what the process prints itself.
+  const stream = pretty({
+    destination,
+    colorize: stdoutIsTerminal,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname,context',
+    messageFormat: '{if context}[{context}] {end}{msg}',
+    sync: true,
+  });
+  return pino({ level: config.logLevel }, stream);
 }
 
 /**
@@ -57,6 +76,9 @@ export function requestLogging(logger: Pino) {
   };
 }
 
+/** Nest's start-up chatter (a line per module and per route) is for debugging Nest, not for running the service. */
+const NEST_STARTUP_CONTEXTS = new Set(['InstanceLoader', 'RoutesResolver', 'RouterExplorer']);
+
 const NEST_LEVELS = {
   fatal: 'fatal',
   error: 'error',
@@ -82,11 +104,12 @@ export class JsonLogger implements LoggerService {
   verbose = this.at('verbose');
 
   private at(method: keyof typeof NEST_LEVELS) {
-    const level = NEST_LEVELS[method];
     return (message: unknown, ...params: unknown[]): void => {
+      const context = params.length > 0 ? params.pop() : undefined;
+      const level = method === 'log' && NEST_STARTUP_CONTEXTS.has(context as string) ? 'debug' : NEST_LEVELS[method];
       if (!this.pino.isLevelEnabled(level)) return;
       const fields: Record<string, unknown> = {};
-      if (params.length > 0) fields.context = params.pop();
+      if (context !== undefined) fields.context = context;
       if (message instanceof Error) {
         fields.err = message;
         this.pino[level](fields, message.message);

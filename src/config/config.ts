@@ -29,6 +29,8 @@ export class AppConfig {
   readonly host: string;
   readonly port: number;
   readonly logLevel: LogLevel;
+  /** `pretty`: one readable line per event, for a person at a terminal; `json`: one JSON object per line. */
+  readonly logFormat: 'auto' | 'json' | 'pretty';
   readonly publicBaseUrl: string;
   /** Base of `output_url`: PUBLIC_BASE_URL (the /media route), or a CDN or bucket serving the media store. */
   readonly mediaPublicBaseUrl: string;
@@ -90,6 +92,7 @@ export class AppConfig {
       ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const,
       'info',
     );
+    this.logFormat = read.oneOf('LOG_FORMAT', ['auto', 'json', 'pretty'] as const, 'auto');
     this.publicBaseUrl = read.url('PUBLIC_BASE_URL', `http://localhost:${this.port}`).replace(/\/+$/, '');
     this.mediaPublicBaseUrl = read.url('MEDIA_PUBLIC_BASE_URL', this.publicBaseUrl).replace(/\/+$/, '');
     this.metricsPort = read.int('METRICS_PORT', 0, 0, 65535);
