@@ -8,13 +8,15 @@ const WINDOW_MS = 60_000;
 
 /**
  * Takes one creation when the weighted count leaves room for it: KEYS = this minute's and the previous
- * minute's counters; ARGV = limit, elapsed fraction of this minute, counter lifetime (ms).
+ * minute's counters; ARGV = limit, milliseconds gone of this minute, counter lifetime (ms).
  * Returns [taken (1 or 0), this minute's count, previous minute's count], counts before any taking.
+ * The weighted count is compared in creation-milliseconds, whole numbers, so that the moment room appears is exact
+ * and `secondsUntilFree` can name it to the second.
  */
 const TAKE_SCRIPT = `
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 local previous = tonumber(redis.call('GET', KEYS[2]) or '0')
-if previous * (1 - tonumber(ARGV[2])) + current + 1 > tonumber(ARGV[1]) then
+if previous * (${WINDOW_MS} - tonumber(ARGV[2])) + (current + 1) * ${WINDOW_MS} > tonumber(ARGV[1]) * ${WINDOW_MS} then
   return {0, current, previous}
 end
 redis.call('INCR', KEYS[1])
@@ -33,7 +35,7 @@ interface RateLimitCommands {
     current: string,
     previous: string,
     limit: number,
-    elapsed: number,
+    elapsedMs: number,
     ttlMs: number,
   ): Promise<[number, number, number]>;
   refundCreation(key: string): Promise<number>;
@@ -77,31 +79,31 @@ export class CreationRateLimit {
    * replicas could have spent it since, and `take` still refuses then, after reading the upload.
    */
   async check(userId: string, now = Date.now()): Promise<void> {
-    const { minute, key, previousKey, elapsed } = windowOf(userId, now);
+    const { minute, key, previousKey, elapsedMs } = windowOf(userId, now);
     const known = this.known.get(userId);
     if (known && known.minute === minute && known.room > this.config.limitCreationsPerMinute / 2) return;
     const [current, previous] = await this.redis.mget(key, previousKey);
     const used = Number(current ?? 0);
     const before = Number(previous ?? 0);
-    if (this.room(used, before, elapsed) < 1) this.refuse(used, before, elapsed);
+    if (this.room(used, before, elapsedMs) < 1) this.refuse(used, before, elapsedMs);
   }
 
   /** Takes one creation from the budget in one round trip, or refuses with the seconds until one is free. */
   async take(userId: string, now = Date.now()): Promise<CreationTicket> {
-    const { minute, key, previousKey, elapsed } = windowOf(userId, now);
+    const { minute, key, previousKey, elapsedMs } = windowOf(userId, now);
     const limit = this.config.limitCreationsPerMinute;
     const [taken, current, previous] = await this.commands.takeCreation(
       key,
       previousKey,
       limit,
-      elapsed,
+      elapsedMs,
       2 * WINDOW_MS,
     );
     // The counts are from before this take, which used one of the room they leave.
-    const room = taken === 1 ? this.room(current, previous, elapsed) - 1 : 0;
+    const room = taken === 1 ? this.room(current, previous, elapsedMs) - 1 : 0;
     if (this.known.size >= CreationRateLimit.KNOWN_MAX_USERS) this.known.clear();
     this.known.set(userId, { minute, room });
-    if (taken !== 1) this.refuse(current, previous, elapsed);
+    if (taken !== 1) this.refuse(current, previous, elapsedMs);
     return { key };
   }
 
@@ -111,27 +113,27 @@ export class CreationRateLimit {
   }
 
   /** Creations the budget still allows with these counts: the sliding window of TAKE_SCRIPT. */
-  private room(current: number, previous: number, elapsed: number): number {
-    return this.config.limitCreationsPerMinute - (previous * (1 - elapsed) + current);
+  private room(current: number, previous: number, elapsedMs: number): number {
+    return this.config.limitCreationsPerMinute - (previous * (WINDOW_MS - elapsedMs)) / WINDOW_MS - current;
   }
 
-  private refuse(current: number, previous: number, elapsed: number): never {
+  private refuse(current: number, previous: number, elapsedMs: number): never {
     const limit = this.config.limitCreationsPerMinute;
-    const retryAfter = secondsUntilFree(limit, current, previous, elapsed);
+    const retryAfter = secondsUntilFree(limit, current, previous, elapsedMs);
     throw new DomainError('rate_limited', `At most ${limit} job creations a minute; retry in ${retryAfter} s.`, {
       headers: { 'Retry-After': String(retryAfter) },
     });
   }
 }
 
-/** This minute's and the previous minute's counters, and how far into this minute `now` is (0..1). */
+/** This minute's and the previous minute's counters, and how far into this minute `now` is (ms). */
 function windowOf(userId: string, now: number) {
   const minute = Math.floor(now / WINDOW_MS);
   return {
     minute,
     key: counterKey(userId, minute),
     previousKey: counterKey(userId, minute - 1),
-    elapsed: (now % WINDOW_MS) / WINDOW_MS,
+    elapsedMs: now % WINDOW_MS,
   };
 }
 
@@ -139,16 +141,20 @@ function counterKey(userId: string, minute: number): string {
   return `rate:create:${userId}:${minute}`;
 }
 
-/** When the weighted count first leaves room for one more creation, in whole seconds (1..60). */
-function secondsUntilFree(limit: number, current: number, previous: number, elapsed: number): number {
-  let waitFraction: number;
-  if (current + 1 <= limit && previous > 0) {
-    // Room appears within this minute, as the previous minute's weight shrinks.
-    waitFraction = 1 - (limit - 1 - current) / previous - elapsed;
+/**
+ * Whole seconds from a refusal (at `elapsedMs` into the minute) until TAKE_SCRIPT accepts one more creation, if
+ * nothing else is created meanwhile: the `Retry-After` of a 429. At most two minutes, the time a full minute takes to
+ * slide out of the window after the minute it was counted in.
+ */
+export function secondsUntilFree(limit: number, current: number, previous: number, elapsedMs: number): number {
+  // The first millisecond, counted from the start of this minute, at which the weighted count leaves room for one.
+  let readyAt: number;
+  if (current + 1 <= limit) {
+    // Within this minute, as the previous minute's weight shrinks: previous * (W - t) <= (limit - current - 1) * W.
+    readyAt = previous === 0 ? elapsedMs : WINDOW_MS - Math.floor(((limit - current - 1) * WINDOW_MS) / previous);
   } else {
-    // Not before the next minute, where this minute's count becomes the shrinking one.
-    const next = current + 1 <= limit ? 0 : 1 - (limit - 1) / current;
-    waitFraction = 1 - elapsed + Math.max(0, next);
+    // In the next minute, where this minute's count is the shrinking one: current * (W - x) <= (limit - 1) * W.
+    readyAt = 2 * WINDOW_MS - Math.floor(((limit - 1) * WINDOW_MS) / current);
   }
-  return Math.min(60, Math.max(1, Math.ceil(waitFraction * 60)));
+  return Math.max(1, Math.ceil((readyAt - elapsedMs) / 1000));
 }
