@@ -1,8 +1,9 @@
 import { type DynamicModule, Module } from '@nestjs/common';
-import { APP_FILTER } from '@nestjs/core';
+import { APP_FILTER, APP_PIPE } from '@nestjs/core';
 import { AuthModule } from './auth/auth.module.js';
 import { CatalogModule } from './catalog/catalog.module.js';
 import { ProblemFilter } from './common/problem.filter.js';
+import { validationPipe } from './common/validation.js';
 import type { AppConfig } from './config/config.js';
 import { ConfigModule } from './config/config.module.js';
 import { ContractModule } from './contract/contract.module.js';
@@ -30,7 +31,10 @@ export class AppModule {
     return {
       module: AppModule,
       imports: [...foundation, RedisModule, HealthModule, MediaModule, MetricsModule, ...api, ...worker],
-      providers: [{ provide: APP_FILTER, useClass: ProblemFilter }],
+      providers: [
+        { provide: APP_FILTER, useClass: ProblemFilter },
+        { provide: APP_PIPE, useFactory: validationPipe },
+      ],
     };
   }
 }

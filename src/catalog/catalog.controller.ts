@@ -1,7 +1,7 @@
 import { Controller, Get, Query } from '@nestjs/common';
 import { DomainError } from '../common/problem.js';
 import { CATALOG, findTool } from './catalog.js';
-import { GenerationTypeDto, ToolDto } from './catalog.dto.js';
+import { GenerationTypeDto, GenerationTypesQueryDto, ToolDto } from './catalog.dto.js';
 
 @Controller('generation')
 export class CatalogController {
@@ -13,12 +13,7 @@ export class CatalogController {
   }
 
   @Get('generationTypes')
-  listGenerationTypes(@Query('tool') tool: unknown): GenerationTypeDto[] {
-    if (typeof tool !== 'string' || tool === '') {
-      throw new DomainError('validation_failed', 'Query parameter "tool" is required: a tool from /generation/tools.', {
-        errors: [{ field: 'tool', message: 'required, a single tool identifier' }],
-      });
-    }
+  listGenerationTypes(@Query() { tool }: GenerationTypesQueryDto): GenerationTypeDto[] {
     const found = findTool(tool);
     if (!found) throw new DomainError('not_found', `There is no tool "${tool}"; see /generation/tools.`);
     return GenerationTypeDto.listFor(found);

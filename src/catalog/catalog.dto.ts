@@ -1,4 +1,5 @@
-import type { components } from '../generated/openapi.js';
+import { IsNotEmpty, IsString } from 'class-validator';
+import type { components, operations } from '../generated/openapi.js';
 import type { CatalogTool } from './catalog.js';
 
 type ToolSchema = components['schemas']['Tool'];
@@ -34,4 +35,15 @@ export class GenerationTypeDto implements GenerationTypeSchema {
       inputs,
     }));
   }
+}
+
+type GenerationTypesQuery = operations['listGenerationTypes']['parameters']['query'];
+const TOOL_MESSAGE = 'required, a single tool identifier';
+const TOOL_DETAIL = 'Query parameter "tool" is required: a tool from /generation/tools.';
+
+/** `GET /generation/generationTypes?tool=`: one non-empty tool id (an unknown one is a 404, not a 400). */
+export class GenerationTypesQueryDto implements GenerationTypesQuery {
+  @IsString({ message: TOOL_MESSAGE, context: { detail: TOOL_DETAIL } })
+  @IsNotEmpty({ message: TOOL_MESSAGE, context: { detail: TOOL_DETAIL } })
+  tool: string;
 }

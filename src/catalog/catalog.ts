@@ -157,15 +157,11 @@ export const CATALOG: readonly CatalogTool[] = [
 
 export const TOOL_IDS: readonly string[] = CATALOG.map((tool) => tool.id);
 
+/** Generation type ids are global: each names one tool's type. */
+export const GENERATION_TYPE_IDS: readonly string[] = CATALOG.flatMap((tool) => tool.generationTypes.map((t) => t.id));
+
 const toolsById = new Map(CATALOG.map((tool) => [tool.id, tool]));
-const toolByGenerationType = new Map(
-  CATALOG.flatMap((tool) => tool.generationTypes.map((type) => [type.id, tool] as const)),
-);
 
 export function findTool(id: string): CatalogTool | undefined {
   return toolsById.get(id);
-}
-
-export function isGenerationType(id: string): boolean {
-  return toolByGenerationType.has(id);
 }
