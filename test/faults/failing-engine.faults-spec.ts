@@ -1,7 +1,6 @@
 import type Bull from 'bull';
 import type { TestEnvironment } from '../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, sha256 } from '../support/fake-cog.js';
-import { type HistoryItemBody, postJob } from '../support/jobs.js';
 import {
   cogEngine,
   createUser,
@@ -15,6 +14,7 @@ import {
 } from '../support/harness.js';
 import { freePort, type RunningService } from '../support/service.js';
 import { millisSince, percentile, report, statusCounts } from './observe.js';
+import { type HistoryItemBody, postJob } from '../support/client.js';
 
 const ATTEMPTS = 3;
 /** Short, so a hanging engine uses up its attempts quickly; far above what an answer takes on a busy machine. */

@@ -13,10 +13,10 @@ import {
   waitUntil,
   WorkerWorld,
 } from '../support/harness.js';
-import { postJob } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
 import { type Answer, expectUnavailableProblem, millisSince, percentile, report, tally, timed } from './observe.js';
 import { type PrivateServer, startPrivatePostgres } from './private-servers.js';
+import { postJob } from '../support/client.js';
 
 /** "Never a hang": every request is answered within this long while the database is down. */
 const ANSWER_MS = 5000;

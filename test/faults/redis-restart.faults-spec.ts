@@ -11,7 +11,6 @@ import {
   waitUntil,
   WorkerWorld,
 } from '../support/harness.js';
-import { postJob } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
 import {
   type Answer,
@@ -24,6 +23,7 @@ import {
   timed,
 } from './observe.js';
 import { type PrivateServer, startPrivateRedis } from './private-servers.js';
+import { postJob } from '../support/client.js';
 
 /** The issue this test answers for: a client told to come back later is told so within 2 s. */
 const UNAVAILABLE_ANSWER_MS = 2000;

@@ -4,19 +4,10 @@ import { connect } from 'node:net';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { waitUntil } from '../support/harness.js';
-import { type FormValue, makeImage, postJob, withLeadingMetadata } from '../support/jobs.js';
+import { makeImage, withLeadingMetadata } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import {
-  bearer,
-  blackPng,
-  CREATE_PATH,
-  file,
-  filesUnder,
-  listHistory,
-  peakRssBytes,
-  postParts,
-  type ProblemBody,
-} from './helpers.js';
+import { bearer, blackPng, file, filesUnder, listHistory, peakRssBytes } from './helpers.js';
+import { CREATE_PATH, type FormValue, type ProblemBody, postJob } from '../support/client.js';
 
 const MIB = 1024 * 1024;
 
@@ -138,7 +129,7 @@ const BAD_UPLOADS: BadUpload[] = [
         ['image', await png()],
       ];
       for (let i = 0; i < 9; i++) parts.push([`note${i}`, 'x']);
-      return postParts(baseUrl, key, parts);
+      return postJob(baseUrl, key, parts);
     },
   },
   {
@@ -182,7 +173,7 @@ const BAD_UPLOADS: BadUpload[] = [
     code: 'unexpected_field',
     field: 'image',
     send: async (baseUrl, key) =>
-      postParts(baseUrl, key, [
+      postJob(baseUrl, key, [
         ['tool', 'default'],
         ['image', await png()],
         ['image', await png()],
@@ -194,7 +185,7 @@ const BAD_UPLOADS: BadUpload[] = [
     code: 'unexpected_field',
     field: 'tool',
     send: async (baseUrl, key) =>
-      postParts(baseUrl, key, [
+      postJob(baseUrl, key, [
         ['tool', 'default'],
         ['tool', 'default'],
         ['image', await png()],

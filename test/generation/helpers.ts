@@ -1,55 +1,12 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createDeflate, crc32 } from 'node:zlib';
-import type { FormValue } from '../support/jobs.js';
+import type { FormValue } from '../support/client.js';
 
-export const CREATE_PATH = '/generation/generate_image_v2/';
 export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
-/** A problem+json body as the contract describes it. */
-export interface ProblemBody {
-  type: string;
-  title: string;
-  status: number;
-  detail: string;
-  code: string;
-  errors?: { field: string; message: string }[];
-}
-
-export interface JobAcceptedBody {
-  history_item_id: string;
-  preview_image: string;
-  stock_image: string;
-  status: string;
-}
 
 export function bearer(apiKey: string): Record<string, string> {
   return { Authorization: `Bearer ${apiKey}` };
-}
-
-/**
- * POSTs a multipart form whose parts are given in order, so a field may appear twice (the support
- * helper takes a record and cannot).
- */
-export function postParts(
-  baseUrl: string,
-  apiKey: string | undefined,
-  parts: [string, FormValue][],
-  headers: Record<string, string> = {},
-): Promise<Response> {
-  const form = new FormData();
-  for (const [name, value] of parts) {
-    if (typeof value === 'string') form.append(name, value);
-    else {
-      const blob = new Blob([value.data], { type: value.contentType ?? 'application/octet-stream' });
-      form.append(name, blob, value.filename ?? `${name}.bin`);
-    }
-  }
-  return fetch(`${baseUrl}${CREATE_PATH}`, {
-    method: 'POST',
-    body: form,
-    headers: { ...(apiKey ? bearer(apiKey) : {}), ...headers },
-  });
 }
 
 /** A file part as a browser sends it. */

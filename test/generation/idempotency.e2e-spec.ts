@@ -2,9 +2,10 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import sharp from 'sharp';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { type FormValue, makeImage, postJob } from '../support/jobs.js';
+import { makeImage } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { CREATE_PATH, file, type JobAcceptedBody, listHistory, type ProblemBody } from './helpers.js';
+import { file, listHistory } from './helpers.js';
+import { CREATE_PATH, type FormValue, type JobAcceptedBody, type ProblemBody, postJob } from '../support/client.js';
 
 async function defaultJob(color = '#3a6ea5'): Promise<Record<string, FormValue>> {
   return { tool: 'default', image: file(await makeImage(320, 400, 'png', color), 'image.png', 'image/png') };

@@ -3,16 +3,18 @@ import sharp from 'sharp';
 import { CARD_HEIGHT, CARD_WIDTH } from '../../src/worker/engines/local/product-card.pipeline.js';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { makeImage, withLeadingMetadata } from '../support/jobs.js';
+import { createUserWithKey, type RunningService, startService } from '../support/service.js';
+import { bearer, file, UUID } from './helpers.js';
 import {
+  CREATE_PATH,
   type FormValue,
   type HistoryItemBody,
-  makeImage,
+  type JobAcceptedBody,
+  type ProblemBody,
   postJob,
   waitForFinal,
-  withLeadingMetadata,
-} from '../support/jobs.js';
-import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { bearer, CREATE_PATH, file, type JobAcceptedBody, type ProblemBody, UUID } from './helpers.js';
+} from '../support/client.js';
 
 /** Where the results are said to live: the trailing slash shows the base URL is normalised. */
 const PUBLIC_BASE_URL = 'https://images.example.test/';
@@ -184,9 +186,9 @@ describe('job creation with a worker running', () => {
           updated_at: expect.any(String),
           completed_at: expect.any(String),
         });
-        const created = Date.parse(item.created_at as string);
+        const created = Date.parse(item.created_at);
         expect(Date.parse(item.completed_at as string)).toBeGreaterThanOrEqual(created);
-        expect(Date.parse(item.updated_at as string)).toBeGreaterThanOrEqual(created);
+        expect(Date.parse(item.updated_at)).toBeGreaterThanOrEqual(created);
 
         const stock = await sharp(await getMedia(accepted.stock_image, 'image/jpeg')).metadata();
         expect({ format: stock.format, width: stock.width, height: stock.height }).toEqual({

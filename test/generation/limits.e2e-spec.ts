@@ -1,17 +1,10 @@
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { inputsFor, postJob } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { rawExchange } from '../hardening/raw-http.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import {
-  bearer,
-  CREATE_PATH,
-  filesUnder,
-  itemsWithInputs,
-  listHistory,
-  type ProblemBody,
-  retryAfterSeconds,
-} from './helpers.js';
+import { bearer, filesUnder, itemsWithInputs, listHistory, retryAfterSeconds } from './helpers.js';
+import { CREATE_PATH, type ProblemBody, postJob } from '../support/client.js';
 
 async function expectTooManyRequests(response: Response, code: string): Promise<ProblemBody> {
   expect(response.status).toBe(429);

@@ -3,8 +3,9 @@ import { generateApiKey } from '../../src/common/api-key.js';
 import { type PrivateServer, startPrivateRedis } from '../faults/private-servers.js';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { inputsFor, postJob } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
+import { postJob } from '../support/client.js';
 
 /** One of each way to get a 401: no header, another scheme, a malformed key, an unknown key, no key at all. */
 const WRONG_AUTHORIZATIONS: Record<string, string>[] = [

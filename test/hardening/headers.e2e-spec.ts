@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { inputsFor, postJob, waitForFinal } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
+import { postJob, waitForFinal } from '../support/client.js';
 
 /** Helmet's headers that every response carries, whatever it is. */
 const ON_EVERY_RESPONSE: Record<string, string | RegExp> = {

@@ -1,5 +1,6 @@
-import { inputsFor, postJob, waitForFinal } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { startService } from '../support/service.js';
+import { postJob, waitForFinal } from '../support/client.js';
 
 /**
  * Complete items of the key's user, one per tool given: created through the API at `apiBaseUrl` (ROLE=api) and

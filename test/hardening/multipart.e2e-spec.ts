@@ -4,8 +4,9 @@ import { readFile } from 'node:fs/promises';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { CREATE_PATH, filesUnder } from '../generation/helpers.js';
+import { filesUnder } from '../generation/helpers.js';
 import { asFetchResponse, type RawExchange, rawExchange, requestHead } from './raw-http.js';
+import { CREATE_PATH } from '../support/client.js';
 
 /**
  * Hostile multipart bodies, sent byte for byte over raw sockets. Every one is refused with a 4xx problem, or,

@@ -3,9 +3,10 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { inputsFor, postJob } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../support/service.js';
 import { completeItems } from './items.js';
+import { postJob } from '../support/client.js';
 
 /**
  * Every operation, in success and error cases, through `prism proxy`, which checks each live answer against the

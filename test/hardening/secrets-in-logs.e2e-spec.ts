@@ -1,8 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { generateApiKey, lookupPrefix } from '../../src/common/api-key.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { postJob, type FormValue } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
+import { type FormValue, postJob } from '../support/client.js';
 
 /** Query parameters a client might put a key into; none of them is ever read. */
 const KEY_PARAMETERS = ['api_key', 'apikey', 'key', 'access_token', 'token', 'authorization', 'Authorization'];

@@ -4,9 +4,10 @@ import { join } from 'node:path';
 import Queue from 'bull';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { storedInputs } from '../support/harness.js';
-import { inputsFor, postJob, waitForFinal } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { type Answer, Client, fetchMedia, type ProblemBody } from './history-support.js';
+import { fetchMedia } from './history-support.js';
+import { type Answer, Client, type ProblemBody, postJob, waitForFinal } from '../support/client.js';
 
 const MISSING_ID = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
 

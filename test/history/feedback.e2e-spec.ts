@@ -1,7 +1,8 @@
 import type pg from 'pg';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { Client, connect, type HistoryItemBody, insertItems, type SeededItem, userIdOf } from './history-support.js';
+import { connect, insertItems, type SeededItem, userIdOf } from './history-support.js';
+import { Client, type HistoryItemBody } from '../support/client.js';
 
 const CREATED_AT = '2025-03-01T10:00:00.000Z';
 

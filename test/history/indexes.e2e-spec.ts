@@ -4,7 +4,8 @@ import type { SqlStatement } from '../../src/database/data-source.js';
 import { type HistoryQuery, historyListStatements } from '../../src/jobs/history.repository.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { Client, connect, userIdOf } from './history-support.js';
+import { connect, userIdOf } from './history-support.js';
+import { Client } from '../support/client.js';
 
 const ROWS = 50_000;
 /** Every tenth row is the heavy user's: 5,000 items; the rest belong to 199 other users. */

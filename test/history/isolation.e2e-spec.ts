@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import contractSchema from '../support/contract-schema.cjs';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { inputsFor, postJob, waitForFinal } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { Client, fetchMedia, type HistoryItemBody } from './history-support.js';
+import { fetchMedia } from './history-support.js';
+import { Client, type HistoryItemBody, postJob, waitForFinal } from '../support/client.js';
 
 /** Every route of the contract that names a user's history item, with a request that would change it. */
 const ID_ROUTES: Record<string, { method: string; pathTemplate: string; path: (id: string) => string; body?: string }> =

@@ -2,9 +2,7 @@ import type pg from 'pg';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import {
-  Client,
   connect,
-  type HistoryPageBody,
   insertItems,
   newestFirst,
   type SeededItem,
@@ -12,6 +10,7 @@ import {
   type Status,
   userIdOf,
 } from './history-support.js';
+import { Client, type HistoryPageBody } from '../support/client.js';
 
 const STATUSES: Status[] = ['pending', 'complete', 'error'];
 const BASE_TIME = Date.parse('2025-03-01T10:00:00.000Z');

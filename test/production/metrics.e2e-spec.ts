@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
-import { inputsFor, postJob, waitForFinal } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../support/service.js';
-import { bearer, type JobAcceptedBody } from '../generation/helpers.js';
+import { bearer } from '../generation/helpers.js';
 import { type Sample, scrape, valueOf } from './prometheus.js';
+import { type JobAcceptedBody, postJob, waitForFinal } from '../support/client.js';
 
 const UUID_ANYWHERE = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i;
 const HTTP_COUNT = 'http_request_duration_seconds_count';

@@ -1,10 +1,11 @@
 import sharp from 'sharp';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { inputsFor, postJob, waitForFinal } from '../support/jobs.js';
+import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
-import { bearer, filesUnder, type JobAcceptedBody } from '../generation/helpers.js';
+import { bearer, filesUnder } from '../generation/helpers.js';
 import { type S3Server, startS3Server } from './s3rver.js';
+import { type JobAcceptedBody, postJob, waitForFinal } from '../support/client.js';
 
 /** An API and a worker that share nothing but the database, Redis and the bucket, as on two hosts. */
 describe('the service with STORAGE=s3', () => {

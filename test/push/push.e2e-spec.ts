@@ -10,8 +10,8 @@ import {
   WorkerWorld,
   cogEngine,
 } from '../support/harness.js';
-import type { HistoryItemBody } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
+import { type HistoryItemBody, postJob } from '../support/client.js';
 
 /** One Server-Sent Event as a client reads it. */
 interface StreamEvent {
@@ -240,14 +240,13 @@ describe('push: event streams, Prefer: wait and cancel', () => {
 
     it('on job creation, answers 200 with the final status when the job ends within N seconds', async () => {
       await withWorker(async () => {
-        const form = new FormData();
-        form.set('tool', 'fashion_card');
-        form.set('clothes', new Blob([new Uint8Array(await uniqueImage())], { type: 'image/png' }), 'clothes.png');
-        const response = await fetch(`${apiA.baseUrl}/generation/generate_image_v2/`, {
-          method: 'POST',
-          headers: { Authorization: `Bearer ${user.key}`, Prefer: 'wait=20' },
-          body: form,
-        });
+        const clothes = { data: await uniqueImage(), filename: 'clothes.png', contentType: 'image/png' };
+        const response = await postJob(
+          apiA.baseUrl,
+          user.key,
+          { tool: 'fashion_card', clothes },
+          { Prefer: 'wait=20' },
+        );
         expect(response.status).toBe(200);
         expect(response.headers.get('preference-applied')).toBe('wait=20');
         const body = await expectMatchesContract(response, 'POST', '/generation/generate_image_v2/');

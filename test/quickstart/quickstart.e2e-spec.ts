@@ -4,6 +4,7 @@ import { cp, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { postJob } from '../support/client.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { uniqueImage } from '../support/harness.js';
 import { createUserWithKey, freePort } from '../support/service.js';
@@ -100,10 +101,8 @@ async function useAsAFrontendWould(
   const tally: Tally = { creations: {}, polls: {}, accepted: [], serverErrors: [] };
   const count = (counts: Record<number, number>, status: number) => (counts[status] = (counts[status] ?? 0) + 1);
   const create = async () => {
-    const form = new FormData();
-    form.set('tool', 'fashion_card');
-    form.set('clothes', new Blob([new Uint8Array(await uniqueImage())], { type: 'image/png' }), 'clothes.png');
-    const response = await fetch(`${baseUrl}/generation/generate_image_v2/`, { method: 'POST', headers, body: form });
+    const clothes = { data: await uniqueImage(), filename: 'clothes.png', contentType: 'image/png' };
+    const response = await postJob(baseUrl, key, { tool: 'fashion_card', clothes });
     const text = await response.text();
     count(tally.creations, response.status);
     if (response.status === 202) tally.accepted.push((JSON.parse(text) as { history_item_id: string }).history_item_id);

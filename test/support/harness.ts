@@ -7,8 +7,9 @@ import sharp from 'sharp';
 import { inputKey } from '../../src/media/media.js';
 import { createTestEnvironment, type EnvironmentServers, type TestEnvironment } from './environment.js';
 import { type FakeCog, type FakeCogBehaviour, startFakeCog } from './fake-cog.js';
-import { type HistoryItemBody, makeImage, postJob, waitForFinal } from './jobs.js';
+import { makeImage } from './jobs.js';
 import { createUserWithKey, type RunningService, startService } from './service.js';
+import { createJob, type HistoryItemBody, waitForFinal } from './client.js';
 
 /**
  * Short locks, checks and sweeps so that recovery paths (stalled jobs, retries, the reconciler) run within a
@@ -148,14 +149,11 @@ export async function uniqueImage(): Promise<Buffer> {
 }
 
 /** POSTs a job of the test tool and returns the accepted item's id. */
-export async function submit(baseUrl: string, key: string, clothes: Buffer): Promise<string> {
-  const response = await postJob(baseUrl, key, {
+export function submit(baseUrl: string, key: string, clothes: Buffer): Promise<string> {
+  return createJob(baseUrl, key, {
     tool: TOOL,
     clothes: { data: clothes, filename: 'clothes.png', contentType: 'image/png' },
   });
-  const text = await response.text();
-  if (response.status !== 202) throw new Error(`POST job answered ${response.status}: ${text}`);
-  return (JSON.parse(text) as { history_item_id: string }).history_item_id;
 }
 
 export async function getItem(baseUrl: string, key: string, id: string): Promise<Response> {

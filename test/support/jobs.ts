@@ -1,3 +1,4 @@
+import type { FormValue } from './client.js';
 import sharp from 'sharp';
 
 /** A real image of the given size and format, with some structure so engines have edges to work on. */
@@ -30,33 +31,6 @@ export function withLeadingMetadata(jpeg: Buffer, bytes: number): Buffer {
   return Buffer.concat([jpeg.subarray(0, 2), ...segments, jpeg.subarray(2)]);
 }
 
-export type FormValue = string | { data: Buffer; filename?: string; contentType?: string };
-
-/** POSTs a job as a browser would, with multipart/form-data built by fetch itself. */
-export function postJob(
-  baseUrl: string,
-  apiKey: string | undefined,
-  fields: Record<string, FormValue>,
-  headers: Record<string, string> = {},
-  path = '/generation/generate_image_v2/',
-): Promise<Response> {
-  const form = new FormData();
-  for (const [name, value] of Object.entries(fields)) {
-    if (typeof value === 'string') form.append(name, value);
-    else
-      form.append(
-        name,
-        new Blob([value.data], { type: value.contentType ?? 'application/octet-stream' }),
-        value.filename ?? `${name}.bin`,
-      );
-  }
-  return fetch(`${baseUrl}${path}`, {
-    method: 'POST',
-    body: form,
-    headers: { ...(apiKey ? { Authorization: `Bearer ${apiKey}` } : {}), ...headers },
-  });
-}
-
 /** The images each tool needs, small and valid. */
 export async function inputsFor(tool: string): Promise<Record<string, FormValue>> {
   const image = async (color: string) => ({ data: await makeImage(320, 400, 'png', color), contentType: 'image/png' });
@@ -73,37 +47,4 @@ export async function inputsFor(tool: string): Promise<Record<string, FormValue>
   const fields: Record<string, FormValue> = { tool };
   for (const [index, name] of (inputs[tool] ?? []).entries()) fields[name] = await image(colors[index % 2]);
   return fields;
-}
-
-export interface HistoryItemBody {
-  history_item_id: string;
-  status: 'pending' | 'complete' | 'error';
-  preview_url: string | null;
-  stock_url: string | null;
-  output_url: string | null;
-  error: { code: string; message: string } | null;
-  like: boolean | null;
-  [field: string]: unknown;
-}
-
-/** Polls the item until its status is final (or the deadline passes), as a client would. */
-export async function waitForFinal(
-  baseUrl: string,
-  apiKey: string,
-  id: string,
-  timeoutMs = 30_000,
-): Promise<HistoryItemBody> {
-  const deadline = Date.now() + timeoutMs;
-  let last: HistoryItemBody | undefined;
-  while (Date.now() < deadline) {
-    const response = await fetch(`${baseUrl}/user/generation-history/${id}`, {
-      headers: { Authorization: `Bearer ${apiKey}` },
-    });
-    if (response.status === 200) {
-      last = (await response.json()) as HistoryItemBody;
-      if (last.status !== 'pending') return last;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`item ${id} still not final after ${timeoutMs} ms: ${JSON.stringify(last)}`);
 }

@@ -4,7 +4,6 @@ import { join } from 'node:path';
 import type Bull from 'bull';
 import type { TestEnvironment } from '../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, sha256 } from '../support/fake-cog.js';
-import type { HistoryItemBody } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
 import {
   cogEngine,
@@ -21,6 +20,7 @@ import {
   uniqueImage,
   WorkerWorld,
 } from '../support/harness.js';
+import { type HistoryItemBody } from '../support/client.js';
 
 const JOBS = 20;
 

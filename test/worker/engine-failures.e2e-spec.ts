@@ -3,7 +3,6 @@ import { readFile, writeFile } from 'node:fs/promises';
 import type Bull from 'bull';
 import type { TestEnvironment } from '../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256 } from '../support/fake-cog.js';
-import type { HistoryItemBody } from '../support/jobs.js';
 import type { RunningService } from '../support/service.js';
 import {
   cogEngine,
@@ -18,6 +17,7 @@ import {
   uniqueImage,
   WorkerWorld,
 } from '../support/harness.js';
+import { type HistoryItemBody } from '../support/client.js';
 
 const ATTEMPTS = 3;
 /** Short, so a hanging engine uses up its attempts quickly. */

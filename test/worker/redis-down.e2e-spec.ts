@@ -2,7 +2,6 @@ import { once } from 'node:events';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
-import { postJob } from '../support/jobs.js';
 import { freePort, type RunningService } from '../support/service.js';
 import {
   cogEngine,
@@ -17,6 +16,7 @@ import {
   uniqueImage,
   waitUntil,
 } from '../support/harness.js';
+import { postJob } from '../support/client.js';
 
 /** API.md: 503 "database or queue unavailable" is an answer, not a hang; the brief puts it under 2 s. */
 const UNAVAILABLE_ANSWER_MS = 2000;
