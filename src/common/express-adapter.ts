@@ -36,8 +36,8 @@ export class PrototypedExpressAdapter extends ExpressAdapter {
 /**
  * A constructor Node's server can be given in place of `base` whose instances are built on `prototype`. Node's
  * IncomingMessage and ServerResponse are plain constructor functions, so `base` runs on the object `new`
- * made from `prototype`; `Reflect.construct(base, args, Prototyped)` would do the same, but measured four to
- * five times slower per request.
+ * made from `prototype`; `Reflect.construct(base, args, Prototyped)` would do the same, at a far higher cost per
+ * request.
  */
 function constructing<T extends abstract new (...args: never[]) => object>(base: T, prototype: object): T {
   function Prototyped(this: InstanceType<T>, ...args: ConstructorParameters<T>): void {

@@ -24,8 +24,8 @@ interface Lane {
  * without waiting for the answers to the ones before it on the same connection, and all statements sent in
  * one turn of the event loop leave in one write. On a pool, each statement waits for a free connection and is
  * written alone, to a backend that has gone to sleep meanwhile; waking it takes a system call and often an
- * interrupt to another core. Under 50 concurrent item reads, the pipeline costs the API about a third less
- * CPU per read and PostgreSQL less too (`npm run bench`, history).
+ * interrupt to another core. The pipeline wakes PostgreSQL once for many reads instead (figures: README,
+ * "Performance").
  *
  * A statement waits behind those sent before it on its connection, so only short statements that never wait
  * for a lock belong here: the reads clients poll. Writes and transactions use TypeORM's pool. Each statement

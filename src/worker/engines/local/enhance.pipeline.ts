@@ -6,7 +6,7 @@
  *    leave the photo darker (or lighter) than it was overall;
  * 3. a slight saturation boost (x1.12) and a gentle unsharp mask on luma whose radius follows the image size
  *    (flat areas untouched, each pixel changed by at most 24 levels, so no halos).
- * All in JS on raw buffers with one native blur: sharp's modulate/sharpen convert to LAB and cost ~100 ms/MP each.
+ * All in JS on raw buffers with one native blur: sharp's modulate/sharpen would each convert the image to LAB.
  * The text prompt is recorded by the caller and does not change pixels. Output size = input size.
  */
 import type { Pipeline } from './pipeline.js';
