@@ -38,7 +38,14 @@ async function freshCopy(): Promise<string> {
     await cp(join(ROOT, file), join(folder, file));
   }
   // What `npm install` would download, linked rather than fetched again: the README's own `npm install` still runs.
-  execFileSync('cp', ['-al', join(ROOT, 'node_modules'), join(folder, 'node_modules')]);
+  const modules = join(folder, 'node_modules');
+  execFileSync('cp', ['-al', join(ROOT, 'node_modules'), modules]);
+  // The files npm and tsc rewrite in place would change the checkout's own through the links: the copy gets its own
+  // npm record and no caches.
+  await rm(join(modules, '.cache'), { recursive: true, force: true });
+  // (Unlinked first: copying onto the link would write through it into the checkout's file.)
+  await rm(join(modules, '.package-lock.json'), { force: true });
+  await cp(join(ROOT, 'node_modules', '.package-lock.json'), join(modules, '.package-lock.json'));
   return folder;
 }
 
