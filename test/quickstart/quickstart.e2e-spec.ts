@@ -1,5 +1,6 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { realpathSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -39,13 +40,15 @@ async function freshCopy(): Promise<string> {
   }
   // What `npm install` would download, linked rather than fetched again: the README's own `npm install` still runs.
   const modules = join(folder, 'node_modules');
-  execFileSync('cp', ['-al', join(ROOT, 'node_modules'), modules]);
+  // The real folder, in case the checkout's node_modules is a link to one elsewhere (a worktree, say).
+  const installed = realpathSync(join(ROOT, 'node_modules'));
+  execFileSync('cp', ['-al', installed, modules]);
   // The files npm and tsc rewrite in place would change the checkout's own through the links: the copy gets its own
   // npm record and no caches.
   await rm(join(modules, '.cache'), { recursive: true, force: true });
   // (Unlinked first: copying onto the link would write through it into the checkout's file.)
   await rm(join(modules, '.package-lock.json'), { force: true });
-  await cp(join(ROOT, 'node_modules', '.package-lock.json'), join(modules, '.package-lock.json'));
+  await cp(join(installed, '.package-lock.json'), join(modules, '.package-lock.json'));
   return folder;
 }
 
