@@ -2,7 +2,7 @@
  * The layers of src/, checked by `npm run lint:deps` (part of `npm test`):
  *
  *   main.ts, app.module.ts, cli.ts          compose everything
- *   features: auth, catalog's routes, generation, history, worker, health, contract, the /media route
+ *   features: auth, catalog's routes, generation, history, worker, webhooks, health, contract, the /media route
  *   jobs: history items as jobs (repository, lifecycle, events), shared by the features that create, show and run them
  *   infrastructure: config, common, database, redis, queue, media storage, metrics, generated contract types
  *
@@ -12,8 +12,8 @@
 const INFRASTRUCTURE =
   '^src/(config|common|database|redis|queue|metrics|generated)/|^src/media/(?!media(\\.controller|-api\\.module))';
 const ABOVE_INFRASTRUCTURE =
-  '^src/(auth|catalog|generation|history|jobs|worker|health|contract)/|^src/media/media(\\.controller|-api\\.module)';
-const FEATURES = '^src/(generation|history|worker|health|contract)/';
+  '^src/(auth|catalog|generation|history|jobs|worker|webhooks|health|contract)/|^src/media/media(\\.controller|-api\\.module)';
+const FEATURES = '^src/(generation|history|worker|webhooks|health|contract)/';
 /** What every layer may use: the catalog's data (it drives configuration too), and who the request's user is. */
 const SHARED = '^src/catalog/catalog\\.ts$|^src/auth/(auth\\.decorators|user\\.entity)\\.ts$';
 
@@ -44,8 +44,11 @@ module.exports = {
       name: 'features-apart',
       comment: 'A feature reaches another only through the layers below both.',
       severity: 'error',
-      from: { path: '^src/(auth|catalog|generation|history|worker|health|contract)/' },
-      to: { path: '^src/(auth|catalog|generation|history|worker|health|contract)/', pathNot: ['^src/$1/', SHARED] },
+      from: { path: '^src/(auth|catalog|generation|history|worker|webhooks|health|contract)/' },
+      to: {
+        path: '^src/(auth|catalog|generation|history|worker|webhooks|health|contract)/',
+        pathNot: ['^src/$1/', SHARED],
+      },
     },
     {
       name: 'src-not-to-test',

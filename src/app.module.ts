@@ -15,6 +15,7 @@ import { MediaApiModule } from './media/media-api.module.js';
 import { MediaModule } from './media/media.module.js';
 import { MetricsModule } from './metrics/metrics.module.js';
 import { RedisModule } from './redis/redis.module.js';
+import { WebhooksModule } from './webhooks/webhooks.module.js';
 import { WorkerModule } from './worker/worker.module.js';
 
 @Module({})
@@ -28,9 +29,10 @@ export class AppModule {
       ? [AuthModule, CatalogModule, ContractModule, GenerationModule, HistoryModule, MediaApiModule]
       : [];
     const worker = config.runsWorker ? [WorkerModule] : [];
+    const webhooks = WebhooksModule.forRole({ api: config.runsApi });
     return {
       module: AppModule,
-      imports: [...foundation, RedisModule, HealthModule, MediaModule, MetricsModule, ...api, ...worker],
+      imports: [...foundation, RedisModule, HealthModule, MediaModule, MetricsModule, ...api, ...worker, webhooks],
       providers: [
         { provide: APP_FILTER, useClass: ProblemFilter },
         { provide: APP_PIPE, useFactory: validationPipe },

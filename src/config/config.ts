@@ -1,6 +1,9 @@
 import { resolve } from 'node:path';
 import { TOOL_IDS } from '../catalog/catalog.js';
 
+/** The Standard Webhooks retry schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h after the attempt before. */
+const STANDARD_WEBHOOK_RETRY_DELAYS_MS = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
+
 /** `migrate` applies pending migrations and exits: a one-shot step before the other roles start. */
 export type Role = 'api' | 'worker' | 'all' | 'migrate';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -68,6 +71,13 @@ export class AppConfig {
   /** How long one engine call may take before it counts as a failed attempt. */
   readonly engineTimeoutMs: number;
   readonly reconcileIntervalMs: number;
+  /** Webhooks may use plain http (development and tests only). */
+  readonly webhookAllowHttp: boolean;
+  /** Webhooks may reach loopback, private and link-local addresses (development and tests only). */
+  readonly webhookAllowPrivateNetworks: boolean;
+  /** Waits between a webhook's attempts: the Standard Webhooks schedule unless set. */
+  readonly webhookRetryDelaysMs: readonly number[];
+  readonly webhookTimeoutMs: number;
   /** How often an idle event stream sends a comment line, so proxies do not close it. */
   readonly eventStreamHeartbeatMs: number;
   readonly shutdownTimeoutMs: number;
@@ -123,6 +133,16 @@ export class AppConfig {
     this.engineTimeoutMs = read.int('ENGINE_TIMEOUT_MS', 120_000, 100, 3_600_000);
     this.reconcileIntervalMs = read.int('RECONCILE_INTERVAL_MS', 30_000, 100, 3_600_000);
     this.eventStreamHeartbeatMs = read.int('EVENT_STREAM_HEARTBEAT_MS', 15_000, 100, 3_600_000);
+    this.webhookAllowHttp = read.oneOf('WEBHOOK_ALLOW_HTTP', ['true', 'false'] as const, 'false') === 'true';
+    this.webhookAllowPrivateNetworks =
+      read.oneOf('WEBHOOK_ALLOW_PRIVATE_NETWORKS', ['true', 'false'] as const, 'false') === 'true';
+    this.webhookRetryDelaysMs = read.intList(
+      'WEBHOOK_RETRY_DELAYS_MS',
+      STANDARD_WEBHOOK_RETRY_DELAYS_MS,
+      0,
+      7 * 86_400_000,
+    );
+    this.webhookTimeoutMs = read.int('WEBHOOK_TIMEOUT_MS', 10_000, 100, 600_000);
     this.shutdownTimeoutMs = read.int('SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000);
     this.authCacheTtlMs = read.int('AUTH_CACHE_TTL_MS', 10_000, 0, 3_600_000);
     this.authFailuresPerMinute = read.int('AUTH_FAILURES_PER_MINUTE', 30, 1, 1_000_000);
@@ -230,6 +250,18 @@ class EnvReader {
       }
     }
     return origins;
+  }
+
+  /** Comma-separated whole numbers, each from `min` to `max`. */
+  intList(name: string, fallback: readonly number[], min: number, max: number): readonly number[] {
+    const value = this.raw(name);
+    if (value === undefined) return fallback;
+    const numbers = value.split(',').map((part) => Number(part.trim()));
+    if (numbers.some((n) => !Number.isSafeInteger(n) || n < min || n > max)) {
+      this.problems.push(`${name} must be comma-separated whole numbers from ${min} to ${max}, got "${value}"`);
+      return fallback;
+    }
+    return numbers;
   }
 
   engine(name: string): EngineSetting {

@@ -303,6 +303,48 @@ export interface paths {
         patch: operations["setHistoryItemFeedback"];
         trace?: never;
     };
+    "/user/webhook-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's webhook signing secret
+         * @description The secret the caller's webhooks are signed with (`whsec_` and base64, as Standard Webhooks
+         *     libraries take it), made on first use. Keep it server-side.
+         */
+        get: operations["getWebhookSecret"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/user/webhook-secret/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replace the caller's webhook signing secret
+         * @description Makes a new secret and answers it. For 24 hours both the new and the previous secret sign every
+         *     delivery (two signatures in `webhook-signature`), so receivers can switch over without losing one.
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/media/{id}/{file}": {
         parameters: {
             query?: never;
@@ -636,6 +678,60 @@ export interface components {
              * @example 2025-06-01T12:00:14.512Z
              */
             completed_at: string | null;
+            webhook: components["schemas"]["WebhookDelivery"];
+        };
+        /**
+         * @description The delivery of the job's webhook (`webhook_url` at creation); `null` when the job was created
+         *     without one. `pending` until the final state is delivered (2xx) or given up on (`failed`: every
+         *     retry failed, the receiver answered `410 Gone`, or the address was refused as private).
+         */
+        WebhookDelivery: {
+            /**
+             * Format: uri
+             * @description The `webhook_url` of the job.
+             * @example https://app.example.com/hooks/generation
+             */
+            url: string;
+            /**
+             * @example delivered
+             * @enum {string}
+             */
+            state: "pending" | "delivered" | "failed";
+            /**
+             * @description Delivery attempts so far.
+             * @example 1
+             */
+            attempts: number;
+            /**
+             * Format: date-time
+             * @example 2025-06-01T12:00:14.601Z
+             */
+            last_attempt_at: string | null;
+            /**
+             * @description The HTTP status the receiver answered the last attempt with; `null` before any, or when it gave none (timeout, refused connection).
+             * @example 200
+             */
+            last_status: number | null;
+        } | null;
+        /** @description What a webhook delivers once its job is final. */
+        WebhookEvent: {
+            /**
+             * @description `generation.completed` for `complete`, `generation.failed` for `error` (a canceled job too).
+             * @example generation.completed
+             * @enum {string}
+             */
+            type: "generation.completed" | "generation.failed";
+            /**
+             * Format: date-time
+             * @description When the job ended.
+             * @example 2025-06-01T12:00:14.512Z
+             */
+            timestamp: string;
+            data: components["schemas"]["HistoryItem"];
+        };
+        WebhookSecret: {
+            /** @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw */
+            secret: string;
         };
         /**
          * @description Why a job ended with status `error`; `null` (the schema is nullable for that reason) while
@@ -704,7 +800,7 @@ export interface components {
          *     | `idempotency_in_progress`, `not_complete`, `not_pending` | 409 |
          *     | `payload_too_large` | 413 |
          *     | `unsupported_media_type` | 415 |
-         *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused` | 422 |
+         *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url` | 422 |
          *     | `rate_limited`, `too_many_pending` | 429 |
          *     | `service_unavailable` | 503 |
          *     | `internal_error` | 500 (a fault in the service, never caused by client input) |
@@ -735,7 +831,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history
@@ -903,8 +999,9 @@ export interface components {
         /**
          * @description Well-formed but unusable: an unknown tool (`unknown_tool`), a generation type that is not
          *     the tool's (`invalid_generation_type`), an image under 64 px on a side (`image_too_small`)
-         *     or over 8192 px on a side or 40 megapixels (`image_too_large`), or an `Idempotency-Key`
-         *     reused with a different payload (`idempotency_key_reused`).
+         *     or over 8192 px on a side or 40 megapixels (`image_too_large`), an `Idempotency-Key`
+         *     reused with a different payload (`idempotency_key_reused`), or a `webhook_url` that is not an
+         *     absolute https URL or names a private address (`invalid_webhook_url`).
          */
         Unprocessable: {
             headers: {
@@ -1159,6 +1256,15 @@ export interface operations {
                      * @description The photo to enhance. Required by `default`.
                      */
                     image?: string;
+                    /**
+                     * Format: uri
+                     * @description Optional, on every tool: an absolute `https` URL the service POSTs the job's final state to,
+                     *     signed per the Standard Webhooks specification (see the `generationFinished` callback and
+                     *     `GET /user/webhook-secret`). Plain `http`, and addresses on private, loopback or link-local
+                     *     networks, only where the operator allows them. Anything else answers `422 invalid_webhook_url`.
+                     * @example https://app.example.com/hooks/generation
+                     */
+                    webhook_url?: string;
                     /** @description Optional description of the wanted result, recorded with the job. Accepted only by `default`; at most 1000 characters (`400 validation_failed` beyond). */
                     prompt?: string;
                 };
@@ -1364,10 +1470,10 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"webhook":null}
                      *
                      *     event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z"}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","webhook":null}
                      */
                     "text/event-stream": string;
                 };
@@ -1416,7 +1522,8 @@ export interface operations {
                      *       },
                      *       "created_at": "2025-06-01T12:00:00.000Z",
                      *       "updated_at": "2025-06-01T12:00:02.250Z",
-                     *       "completed_at": "2025-06-01T12:00:02.250Z"
+                     *       "completed_at": "2025-06-01T12:00:02.250Z",
+                     *       "webhook": null
                      *     }
                      */
                     "application/json": components["schemas"]["HistoryItem"];
@@ -1447,7 +1554,7 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"webhook":null}
                      *
                      *     event: deleted
                      *     data: {"history_item_id":"7a9e3c51-2d4f-4b6a-8e1c-0f5d2a7b9c13"}
@@ -1498,7 +1605,8 @@ export interface operations {
                      *       "error": null,
                      *       "created_at": "2025-06-01T12:00:00.000Z",
                      *       "updated_at": "2025-06-01T12:01:30.000Z",
-                     *       "completed_at": "2025-06-01T12:00:14.512Z"
+                     *       "completed_at": "2025-06-01T12:00:14.512Z",
+                     *       "webhook": null
                      *     }
                      */
                     "application/json": components["schemas"]["HistoryItem"];
@@ -1509,6 +1617,62 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The current secret. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookSecret"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new secret. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "secret": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookSecret"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

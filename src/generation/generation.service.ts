@@ -92,7 +92,14 @@ export class GenerationService {
       await this.inputs.delete(inputKeysOf(stored));
       throw error;
     }
-    const item = { id, userId, tool: upload.tool.id, generationType: upload.generationType, inputs: stored };
+    const item = {
+      id,
+      userId,
+      tool: upload.tool.id,
+      generationType: upload.generationType,
+      inputs: stored,
+      webhookUrl: upload.webhookUrl,
+    };
     if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, this.config.limitMaxPending))) {
       throw new DomainError(
         'too_many_pending',
@@ -108,13 +115,15 @@ export class GenerationService {
   }
 }
 
-/** Same tool, type, texts and file contents: the same request, whatever the part order or file names. */
+/** Same tool, type, texts, webhook and file contents: the same request, whatever the part order or file names. */
 function fingerprintOf(upload: ValidUpload): string {
   const images = Object.entries(upload.images)
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([name, image]) => [name, image.sha256]);
   const texts = Object.entries(upload.texts).sort(([a], [b]) => a.localeCompare(b));
   return createHash('sha256')
-    .update(JSON.stringify({ tool: upload.tool.id, type: upload.generationType, images, texts }))
+    .update(
+      JSON.stringify({ tool: upload.tool.id, type: upload.generationType, images, texts, webhook: upload.webhookUrl }),
+    )
     .digest('hex');
 }

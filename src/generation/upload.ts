@@ -5,6 +5,7 @@ import multer, { MulterError } from 'multer';
 import sharp, { type Metadata } from 'sharp';
 import { type CatalogTool, findTool } from '../catalog/catalog.js';
 import { type ImageFormat, imageFormatOf } from '../common/image-format.js';
+import { webhookUrlProblem } from '../common/network-policy.js';
 import { DomainError, type FieldError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
@@ -26,9 +27,12 @@ export interface ValidUpload {
   generationType: string;
   images: Record<string, UploadedImage>;
   texts: Record<string, string>;
+  /** Where the final state is to be POSTed, if the client asked for a webhook. */
+  webhookUrl: string | null;
 }
 
 const FIELD_NAME_MAX_BYTES = 100;
+const WEBHOOK_URL_MAX_CHARS = 2048;
 /** `prompt` is at most 1000 characters, i.e. at most 4000 bytes of UTF-8. */
 const FIELD_VALUE_MAX_BYTES = 4000;
 
@@ -115,7 +119,7 @@ export class UploadParser {
     if (!tool)
       throw new DomainError('unknown_tool', `There is no tool "${truncate(toolId)}"; see GET /generation/tools.`);
 
-    const accepted = new Set(['tool', 'generation_type', ...tool.inputs.map((input) => input.name)]);
+    const accepted = new Set(['tool', 'generation_type', 'webhook_url', ...tool.inputs.map((input) => input.name)]);
     for (const name of [...textFields.keys(), ...fileFields.keys()]) {
       if (!accepted.has(name)) throw unexpected(name, `is not a field of the tool "${tool.id}"`);
     }
@@ -155,9 +159,25 @@ export class UploadParser {
       throw new DomainError('validation_failed', 'The form fields do not match the tool.', { errors });
     }
 
+    const webhookUrl = textFields.get('webhook_url') ?? null;
+    const problem = webhookUrl === null ? undefined : this.webhookUrlProblem(webhookUrl);
+    if (problem) {
+      throw new DomainError('invalid_webhook_url', `Invalid webhook_url: it ${problem}.`, {
+        errors: [{ field: 'webhook_url', message: problem }],
+      });
+    }
+
     const images: Record<string, UploadedImage> = {};
     for (const [name, file] of imageFiles) images[name] = await this.inspectImage(name, file as ProbedFile);
-    return { tool, generationType, images, texts };
+    return { tool, generationType, images, texts, webhookUrl };
+  }
+
+  private webhookUrlProblem(url: string): string | undefined {
+    if (url.length > WEBHOOK_URL_MAX_CHARS) return `must be at most ${WEBHOOK_URL_MAX_CHARS} characters`;
+    return webhookUrlProblem(url, {
+      allowHttp: this.config.webhookAllowHttp,
+      allowPrivateNetworks: this.config.webhookAllowPrivateNetworks,
+    });
   }
 
   /**

@@ -5,7 +5,7 @@ import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobEvents, type WatchedEvent } from '../jobs/job-events.js';
-import { HistoryItemDto } from './history.dto.js';
+import { HistoryItemDto } from '../jobs/history-item.dto.js';
 
 /** Event streams of a user's history: one item until it is final, or every change of all the user's items. */
 @Injectable()

@@ -19,7 +19,8 @@ import { holdOpen, preferredWait } from '../common/prefer.js';
 import { DomainError } from '../common/problem.js';
 import { isUuid } from '../common/uuid.js';
 import { AppConfig } from '../config/config.js';
-import { FeedbackDto, type HistoryItemDto, HistoryListQueryDto, type HistoryPageDto } from './history.dto.js';
+import type { HistoryItemDto } from '../jobs/history-item.dto.js';
+import { FeedbackDto, HistoryListQueryDto, type HistoryPageDto } from './history.dto.js';
 import { HistoryStreams } from './history-streams.js';
 import { HistoryService } from './history.service.js';
 

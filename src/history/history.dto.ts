@@ -4,10 +4,8 @@ import { GENERATION_TYPE_IDS } from '../catalog/catalog.js';
 import { IsTheOnlyProperty, wholeNumberParameter } from '../common/validation.js';
 import type { components, operations } from '../generated/openapi.js';
 import type { JobStatus } from '../jobs/history-item.entity.js';
-import { mediaPath } from '../media/media.js';
-import type { HistoryItemRow } from '../jobs/history.repository.js';
+import type { HistoryItemDto } from '../jobs/history-item.dto.js';
 
-type HistoryItemSchema = components['schemas']['HistoryItem'];
 type HistoryPageSchema = components['schemas']['HistoryPage'];
 type HistoryListQuery = NonNullable<operations['listHistoryItems']['parameters']['query']>;
 type FeedbackSchema = components['schemas']['FeedbackRequest'];
@@ -50,44 +48,6 @@ export class FeedbackDto implements FeedbackSchema {
   @ValidateIf((body: FeedbackDto) => body.like !== null)
   @IsBoolean({ message: FEEDBACK_MESSAGE })
   like: boolean | null;
-}
-
-export class HistoryItemDto implements HistoryItemSchema {
-  history_item_id: string;
-  tool: string;
-  generation_type: string;
-  status: HistoryItemSchema['status'];
-  preview_url: string | null;
-  stock_url: string | null;
-  output_url: string | null;
-  like: boolean | null;
-  error: HistoryItemSchema['error'];
-  created_at: string;
-  updated_at: string;
-  completed_at: string | null;
-
-  /**
-   * Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL, on the
-   * service itself or on whatever serves the media store (MEDIA_PUBLIC_BASE_URL).
-   */
-  static from(item: HistoryItemRow, mediaBaseUrl: string): HistoryItemDto {
-    const complete = item.status === 'complete';
-    const stock = mediaPath(item.id, 'stock');
-    return {
-      history_item_id: item.id,
-      tool: item.tool,
-      generation_type: item.generationType,
-      status: item.status,
-      preview_url: complete ? mediaPath(item.id, 'preview') : null,
-      stock_url: complete ? stock : null,
-      output_url: complete ? `${mediaBaseUrl}/${stock}` : null,
-      like: item.like,
-      error: item.errorCode ? { code: item.errorCode, message: item.errorMessage ?? '' } : null,
-      created_at: item.createdAt.toISOString(),
-      updated_at: item.updatedAt.toISOString(),
-      completed_at: item.completedAt?.toISOString() ?? null,
-    };
-  }
 }
 
 export class HistoryPageDto implements HistoryPageSchema {

@@ -4,7 +4,8 @@ import { AppConfig } from '../config/config.js';
 import { type HistoryQuery, HistoryRepository } from '../jobs/history.repository.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobWaits } from '../jobs/job-waits.js';
-import { HistoryItemDto, type HistoryPageDto } from './history.dto.js';
+import { HistoryItemDto } from '../jobs/history-item.dto.js';
+import type { HistoryPageDto } from './history.dto.js';
 
 export type { HistoryQuery };
 

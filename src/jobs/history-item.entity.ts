@@ -7,6 +7,7 @@ type HistoryItemSchema = components['schemas']['HistoryItem'];
 
 export type JobStatus = HistoryItemSchema['status'];
 export type JobErrorCode = NonNullable<HistoryItemSchema['error']>['code'];
+export type WebhookState = NonNullable<HistoryItemSchema['webhook']>['state'];
 
 /** Where a stored input lives (private storage) and what its bytes were found to be at upload. */
 export interface StoredInput {
@@ -29,6 +30,7 @@ export function inputKeysOf(inputs: Record<string, StoredInput>): string[] {
 @Entity({ name: 'history_items' })
 @Check('history_items_status_check', `"status" IN ('pending', 'complete', 'error')`)
 @Check('history_items_error_check', `("status" = 'error') = ("error_code" IS NOT NULL)`)
+@Check('history_items_webhook_check', `("webhook_url" IS NULL) = ("webhook_state" IS NULL)`)
 @Index('history_items_user_created', ['userId', 'createdAt', 'id'])
 @Index('history_items_user_status_created', ['userId', 'status', 'createdAt', 'id'])
 @Index('history_items_user_type_created', ['userId', 'generationType', 'createdAt', 'id'])
@@ -77,4 +79,20 @@ export class HistoryItem {
 
   @Column({ name: 'completed_at', type: 'timestamptz', nullable: true })
   completedAt: Date | null;
+
+  /** Where the final state is POSTed (`webhook_url` at creation); null without a webhook. */
+  @Column({ name: 'webhook_url', type: 'text', nullable: true })
+  webhookUrl: string | null;
+
+  @Column({ name: 'webhook_state', type: 'text', nullable: true })
+  webhookState: WebhookState | null;
+
+  @Column({ name: 'webhook_attempts', type: 'int', default: 0 })
+  webhookAttempts: number;
+
+  @Column({ name: 'webhook_last_attempt_at', type: 'timestamptz', nullable: true })
+  webhookLastAttemptAt: Date | null;
+
+  @Column({ name: 'webhook_last_status', type: 'int', nullable: true })
+  webhookLastStatus: number | null;
 }

@@ -1,10 +1,13 @@
 import { Injectable } from '@nestjs/common';
 import type { SqlStatement } from '../database/data-source.js';
 import { Database } from '../database/database.js';
-import type { HistoryItem, JobErrorCode, JobStatus } from './history-item.entity.js';
+import type { HistoryItem, JobErrorCode, JobStatus, WebhookState } from './history-item.entity.js';
 
 /** What a new item is made of; the rest of its columns start at their defaults (pending, now). */
-export type NewHistoryItem = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'inputs' | 'texts'>;
+export type NewHistoryItem = Pick<
+  HistoryItem,
+  'id' | 'userId' | 'tool' | 'generationType' | 'inputs' | 'texts' | 'webhookUrl'
+>;
 
 /** An item as clients see it: the fields a `HistoryItemDto` is made from, named as on the entity. */
 export type HistoryItemRow = Pick<
@@ -19,6 +22,11 @@ export type HistoryItemRow = Pick<
   | 'createdAt'
   | 'updatedAt'
   | 'completedAt'
+  | 'webhookUrl'
+  | 'webhookState'
+  | 'webhookAttempts'
+  | 'webhookLastAttemptAt'
+  | 'webhookLastStatus'
 >;
 
 /** What a worker needs to run an item's job. */
@@ -37,7 +45,9 @@ export interface HistoryQuery {
 /** The columns of a `HistoryItemRow`, read from `history_items` aliased `h`. */
 const ITEM_COLUMNS = `h.id, h.tool, h.generation_type AS "generationType", h.status, h."like",
        h.error_code AS "errorCode", h.error_message AS "errorMessage",
-       h.created_at AS "createdAt", h.updated_at AS "updatedAt", h.completed_at AS "completedAt"`;
+       h.created_at AS "createdAt", h.updated_at AS "updatedAt", h.completed_at AS "completedAt",
+       h.webhook_url AS "webhookUrl", h.webhook_state AS "webhookState", h.webhook_attempts AS "webhookAttempts",
+       h.webhook_last_attempt_at AS "webhookLastAttemptAt", h.webhook_last_status AS "webhookLastStatus"`;
 
 const ENDED_COLUMNS = `id, user_id AS "userId", tool, status, inputs`;
 
@@ -56,8 +66,17 @@ export class HistoryRepository {
   async createWithinPendingLimit(item: NewHistoryItem, maxPending: number): Promise<boolean> {
     const [{ created }] = await this.db.query<{ created: boolean }>({
       name: 'create-history-item',
-      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7) AS created',
-      values: [item.id, item.userId, item.tool, item.generationType, item.inputs, item.texts, maxPending],
+      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7, $8) AS created',
+      values: [
+        item.id,
+        item.userId,
+        item.tool,
+        item.generationType,
+        item.inputs,
+        item.texts,
+        maxPending,
+        item.webhookUrl,
+      ],
     });
     return created;
   }
@@ -170,6 +189,40 @@ export class HistoryRepository {
       values: [id, userId],
     });
     return row;
+  }
+
+  /** An item with its owner, for its webhook: whoever's it is. */
+  async findWithOwner(id: string): Promise<(HistoryItemRow & { userId: string }) | undefined> {
+    const [row] = await this.db.query<HistoryItemRow & { userId: string }>({
+      text: `SELECT ${ITEM_COLUMNS}, h.user_id AS "userId" FROM history_items h WHERE h.id = $1`,
+      values: [id],
+    });
+    return row;
+  }
+
+  /** Records one delivery attempt of the item's webhook and the state it leaves the delivery in. */
+  async recordWebhookAttempt(id: string, state: WebhookState, status: number | null): Promise<void> {
+    await this.db.query({
+      text: `UPDATE history_items
+                SET webhook_state = $2, webhook_attempts = webhook_attempts + 1,
+                    webhook_last_attempt_at = clock_timestamp(), webhook_last_status = $3
+              WHERE id = $1 AND webhook_url IS NOT NULL`,
+      values: [id, state, status],
+    });
+  }
+
+  /**
+   * Final items whose webhook message is still to be delivered, ended more than `seconds` ago: the outbox the
+   * reconciler queues lost messages again from (queueing one already queued changes nothing).
+   */
+  async awaitingWebhook(seconds: number, limit: number): Promise<{ id: string; status: JobStatus }[]> {
+    return this.db.query<{ id: string; status: JobStatus }>({
+      text: `SELECT id, status FROM history_items
+              WHERE webhook_state = 'pending' AND status <> 'pending'
+                AND completed_at < now() - make_interval(secs => $1)
+              ORDER BY completed_at LIMIT $2`,
+      values: [seconds, limit],
+    });
   }
 
   /** The ids of the oldest pending items created more than `seconds` ago (partial index on pending). */

@@ -20,7 +20,15 @@ const INPUTS: Record<string, StoredInput> = {
 };
 
 function newItem(): NewHistoryItem {
-  return { id: ID, userId: USER, tool: 'fashion_swap', generationType: 'fashion_swap_full', inputs: INPUTS, texts: {} };
+  return {
+    id: ID,
+    userId: USER,
+    tool: 'fashion_swap',
+    generationType: 'fashion_swap_full',
+    inputs: INPUTS,
+    texts: {},
+    webhookUrl: null,
+  };
 }
 
 /** A history table of one row at most, and the storage and queue around it, all recording into `steps`. */

@@ -50,6 +50,20 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  private readonly webhookDeliveries = new Counter({
+    name: 'igs_webhook_deliveries_total',
+    help: 'Webhook delivery attempts by outcome: delivered (2xx), retried, failed (gave up: retries spent or refused address), gone (410)',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
+  private readonly webhookLatency = new Histogram({
+    name: 'igs_webhook_delivery_seconds',
+    help: 'From a job ending to its webhook being delivered (the receiver answering 2xx), retries included',
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 30, 300, 1800, 7200, 86_400],
+    registers: [this.registry],
+  });
+
   private readonly engineDuration = new Histogram({
     name: 'igs_engine_duration_seconds',
     help: 'Engine calls, successful or not, by tool and engine kind (local, cog); local ones include encoding the outputs',
@@ -64,6 +78,11 @@ export class Metrics {
 
   observeHttp(method: string, route: string, statusCode: number, seconds: number): void {
     this.httpDuration.observe({ method, route, status_code: statusCode }, seconds);
+  }
+
+  countWebhookAttempt(outcome: 'delivered' | 'retried' | 'failed' | 'gone', sinceEndedSeconds?: number): void {
+    this.webhookDeliveries.inc({ outcome });
+    if (outcome === 'delivered' && sinceEndedSeconds !== undefined) this.webhookLatency.observe(sinceEndedSeconds);
   }
 
   countJobOutcome(tool: string, outcome: JobOutcome): void {

@@ -36,17 +36,7 @@ export class JobQueue {
 
   /** Queues the item's job; a queue that fails or does not answer in time is `ServiceUnavailableError`. */
   async enqueue(historyItemId: string): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${ENQUEUE_TIMEOUT_MS} ms`)), ENQUEUE_TIMEOUT_MS);
-    });
-    try {
-      await Promise.race([this.add(historyItemId), timeout]);
-    } catch (error) {
-      throw new ServiceUnavailableError('queue', { cause: error });
-    } finally {
-      clearTimeout(timer);
-    }
+    await addInTime(() => this.add(historyItemId));
   }
 
   /** Queues the item again after its job was lost or ended without recording an outcome. */
@@ -103,7 +93,22 @@ export class JobQueue {
   }
 }
 
-function deliveryOf(job: Job<GenerateJobData>): Delivery {
+/** Adds a job, or fails with `ServiceUnavailableError` when the queue fails or does not answer in time. */
+export async function addInTime(add: () => Promise<unknown>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ENQUEUE_TIMEOUT_MS} ms`)), ENQUEUE_TIMEOUT_MS);
+  });
+  try {
+    await Promise.race([add(), timeout]);
+  } catch (error) {
+    throw new ServiceUnavailableError('queue', { cause: error });
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export function deliveryOf<T extends { historyItemId: string }>(job: Job<T>): Delivery {
   const attempts = job.opts.attempts ?? 1;
   return {
     historyItemId: job.data.historyItemId,

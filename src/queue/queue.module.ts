@@ -5,7 +5,8 @@ import { AppConfig } from '../config/config.js';
 import { FAIL_FAST_OPTIONS } from '../redis/redis.js';
 import { JobQueue } from './job-queue.js';
 import { QueueDepth } from './queue-depth.js';
-import { GENERATION_QUEUE } from './queues.js';
+import { GENERATION_QUEUE, WEBHOOK_BACKOFF, WEBHOOK_QUEUE } from './queues.js';
+import { WebhookQueue } from './webhook-queue.js';
 
 /** Bull's Redis connections; Bull does not close connections it did not create itself. */
 class QueueConnections implements OnApplicationShutdown {
@@ -43,12 +44,16 @@ class QueueConnectionsModule {}
           lockRenewTime: Math.floor(config.jobLockMs / 2),
           stalledInterval: config.jobStalledCheckMs,
           maxStalledCount: 2,
+          backoffStrategies: {
+            [WEBHOOK_BACKOFF]: (attemptsMade: number) =>
+              config.webhookRetryDelaysMs[Math.min(attemptsMade, config.webhookRetryDelaysMs.length) - 1] ?? 0,
+          },
         },
       }),
     }),
-    BullModule.registerQueue({ name: GENERATION_QUEUE }),
+    BullModule.registerQueue({ name: GENERATION_QUEUE }, { name: WEBHOOK_QUEUE }),
   ],
-  providers: [JobQueue, QueueDepth],
-  exports: [JobQueue],
+  providers: [JobQueue, WebhookQueue, QueueDepth],
+  exports: [JobQueue, WebhookQueue],
 })
 export class QueueModule {}

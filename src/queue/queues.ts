@@ -1,7 +1,7 @@
 import type { JobOptions } from 'bull';
 import type { AppConfig } from '../config/config.js';
 
-/** Queue, job name and payload in one place: `JobQueue` queues and delivers them. */
+/** Queues, job names and payloads in one place: `JobQueue` and `WebhookQueue` queue and deliver them. */
 export const GENERATION_QUEUE = 'generation';
 export const GENERATE_JOB = 'generate';
 
@@ -20,6 +20,28 @@ export function generateJobOptions(config: AppConfig, historyItemId: string): Jo
     attempts: config.jobAttempts,
     backoff: { type: 'exponential', delay: config.jobBackoffMs },
     // Finished jobs are history in PostgreSQL already; Redis keeps only a short tail for debugging.
+    removeOnComplete: { age: 3600, count: 1000 },
+    removeOnFail: { age: 24 * 3600, count: 5000 },
+  };
+}
+
+export const WEBHOOK_QUEUE = 'webhooks';
+export const DELIVER_JOB = 'deliver';
+/** The backoff strategy (see QueueModule) that waits WEBHOOK_RETRY_DELAYS_MS between a webhook's attempts. */
+export const WEBHOOK_BACKOFF = 'webhook-schedule';
+
+/** One webhook message: the final state of one item, sent (and re-sent) to its `webhook_url`. */
+export interface WebhookJobData {
+  historyItemId: string;
+  type: 'generation.completed' | 'generation.failed';
+}
+
+/** One message per item (an item ends once), so the item id is the job id: announcing twice queues it once. */
+export function webhookJobOptions(config: AppConfig, historyItemId: string): JobOptions {
+  return {
+    jobId: historyItemId,
+    attempts: config.webhookRetryDelaysMs.length + 1,
+    backoff: { type: WEBHOOK_BACKOFF },
     removeOnComplete: { age: 3600, count: 1000 },
     removeOnFail: { age: 24 * 3600, count: 5000 },
   };

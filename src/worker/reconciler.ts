@@ -4,6 +4,7 @@ import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobQueue } from '../queue/job-queue.js';
+import { WebhookQueue } from '../queue/webhook-queue.js';
 import { REDIS } from '../redis/redis.module.js';
 
 /** An item this young may still be between its insert and its enqueue in the API. */
@@ -24,6 +25,7 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
   constructor(
     private readonly items: HistoryRepository,
     private readonly queue: JobQueue,
+    private readonly webhooks: WebhookQueue,
     @Inject(REDIS) private readonly redis: Redis,
     private readonly lifecycle: JobLifecycle,
     private readonly config: AppConfig,
@@ -51,7 +53,7 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
     const lock = await this.redis.set('reconciler:lock', '1', 'PX', this.config.reconcileIntervalMs, 'NX');
     if (!lock) return { requeued: 0, timedOut: 0 };
     const timedOut = await this.expireOverdue();
-    const requeued = await this.requeueOrphans();
+    const requeued = (await this.requeueOrphans()) + (await this.requeueWebhooks());
     if (timedOut + requeued > 0) this.logger.log({ timedOut, requeued }, 'reconciled pending jobs');
     return { requeued, timedOut };
   }
@@ -63,6 +65,16 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
       await this.queue.drop(id);
     }
     return count;
+  }
+
+  /** Webhook messages of ended items that never reached the queue (Redis was down when their job ended). */
+  private async requeueWebhooks(): Promise<number> {
+    const items = await this.items.awaitingWebhook(ORPHAN_GRACE_SECONDS, SWEEP_BATCH);
+    for (const { id, status } of items) {
+      const type = status === 'complete' ? 'generation.completed' : 'generation.failed';
+      await this.webhooks.enqueue({ historyItemId: id, type });
+    }
+    return items.length;
   }
 
   private async requeueOrphans(): Promise<number> {

@@ -85,6 +85,8 @@ const SKIP_NOT_PROVOKABLE = {
   'POST /user/generation-history/{id}/cancel 503': UNAVAILABLE,
   'GET /user/events 200': EVENT_STREAM,
   'GET /user/events 503': UNAVAILABLE,
+  'GET /user/webhook-secret 503': UNAVAILABLE,
+  'POST /user/webhook-secret/rotate 503': UNAVAILABLE,
   'GET /health/ready 503':
     'cannot be provoked deterministically: readiness answers 503 only while PostgreSQL or Redis is down, ' +
     'and every other transaction of this run needs them up',
@@ -439,6 +441,8 @@ const FEEDBACK = '/user/generation-history/feedback/{id} > Give feedback on a hi
 const EVENTS = '/user/generation-history/{id}/events > Follow one history item as an event stream';
 const CANCEL = '/user/generation-history/{id}/cancel > Cancel a pending job';
 const USER_EVENTS = "/user/events > Follow all of the caller's history items as an event stream";
+const SECRET = "/user/webhook-secret > The caller's webhook signing secret";
+const ROTATE = "/user/webhook-secret/rotate > Replace the caller's webhook signing secret";
 const RATE_LIMITED_REQUESTS = {
   [TOOLS]: () => {},
   [TYPES]: (t) => setPath(t, '/generation/generationTypes?tool=default'),
@@ -456,6 +460,8 @@ const RATE_LIMITED_REQUESTS = {
   [EVENTS]: (t) => setPath(t, `/user/generation-history/${requireItem()}/events`),
   [CANCEL]: (t) => setPath(t, `/user/generation-history/${requireItem()}/cancel`),
   [USER_EVENTS]: () => {},
+  [SECRET]: () => {},
+  [ROTATE]: () => {},
 };
 for (const [operation, prepare] of Object.entries(RATE_LIMITED_REQUESTS)) {
   on('before', `${operation} > 429 > application/problem+json`, async (t) => {
@@ -612,6 +618,16 @@ expectProblemCode(`${CANCEL} > 409 > application/problem+json`, 'not_pending');
 
 // GET /user/events (the 200 stream is skipped above: see EVENT_STREAM)
 expectProblemCode(`${USER_EVENTS} > 401 > application/problem+json`, 'unauthorized');
+
+// GET /user/webhook-secret and POST /user/webhook-secret/rotate
+on('beforeValidation', `${ROTATE} > 200 > application/json`, async (t) => {
+  const current = await api('GET', '/user/webhook-secret');
+  if (JSON.parse(current.text).secret !== realJson(t).secret) {
+    throw new Error(`after a rotation GET /user/webhook-secret answers another secret: ${current.text}`);
+  }
+});
+expectProblemCode(`${SECRET} > 401 > application/problem+json`, 'unauthorized');
+expectProblemCode(`${ROTATE} > 401 > application/problem+json`, 'unauthorized');
 
 // DELETE /user/generation-history/{id} (204 deletes a job of its own, so user 1's item lives on for feedback)
 on('before', `${DELETE} > 204`, async (t) => setPath(t, `/user/generation-history/${await createJob()}`));

@@ -2,6 +2,7 @@ import { DataSource } from 'typeorm';
 import { AUTH_ENTITIES } from '../../src/auth/auth.module.js';
 import { dataSourceOptions, MIGRATIONS, migrateUnderLock } from '../../src/database/data-source.js';
 import { JOB_ENTITIES } from '../../src/jobs/jobs.module.js';
+import { WEBHOOK_ENTITIES } from '../../src/webhooks/webhooks.module.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 
 /** A fresh, empty database of its own for each test, on the test PostgreSQL server. */
@@ -20,7 +21,10 @@ describe('database migrations', () => {
 
   async function openDataSource(url: string): Promise<DataSource> {
     // Every module's entities: the schema they describe is the one the migrations make.
-    const dataSource = new DataSource({ ...dataSourceOptions(url, 2), entities: [...AUTH_ENTITIES, ...JOB_ENTITIES] });
+    const dataSource = new DataSource({
+      ...dataSourceOptions(url, 2),
+      entities: [...AUTH_ENTITIES, ...JOB_ENTITIES, ...WEBHOOK_ENTITIES],
+    });
     dataSources.push(dataSource);
     return dataSource.initialize();
   }

@@ -185,6 +185,7 @@ describe('job creation with a worker running', () => {
           created_at: expect.any(String),
           updated_at: expect.any(String),
           completed_at: expect.any(String),
+          webhook: null,
         });
         const created = Date.parse(item.created_at);
         expect(Date.parse(item.completed_at as string)).toBeGreaterThanOrEqual(created);
@@ -356,6 +357,7 @@ describe('a job while it is pending (no worker running)', () => {
       created_at: expect.any(String),
       updated_at: expect.any(String),
       completed_at: null,
+      webhook: null,
     });
     for (const path of [accepted.preview_image, accepted.stock_image]) {
       const media = await fetch(`${sut.baseUrl}/${path}`);

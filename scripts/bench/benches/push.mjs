@@ -8,7 +8,9 @@
  * 2. Idle event streams: 2,000 `GET /user/events` streams held open on one API process; its RSS growth, and its item
  *    GET throughput with them open against without (alternating rounds).
  */
+import { randomUUID } from 'node:crypto';
 import http from 'node:http';
+import pg from 'pg';
 import {
   alternateLoads,
   createBenchEnv,
@@ -41,18 +43,31 @@ export async function run() {
   const env = await createBenchEnv('push');
   const agent = keepAliveAgent(64);
   try {
-    const limits = { LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' };
+    // The receiver is on loopback and speaks plain http: the development allowances.
+    const limits = {
+      LIMIT_MAX_PENDING: '1000000',
+      LIMIT_CREATIONS_PER_MINUTE: '1000000',
+      WEBHOOK_ALLOW_HTTP: 'true',
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      RECONCILE_INTERVAL_MS: '200',
+    };
     const api = await env.startService({ ROLE: 'api', ...limits });
     await env.startService({ ROLE: 'worker', ...limits });
-    const { authorization } = await createUserWithKey(env.databaseUrl);
+    const { authorization, userId } = await createUserWithKey(env.databaseUrl);
+    const receiver = await startReceiver();
     const clothes = await makePhoto('clothes', 512, 512);
     const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
-    const submit = async () => {
+    const hookedForm = multipartBody({
+      tool: 'fashion_card',
+      clothes: { data: clothes, filename: 'clothes.jpg' },
+      webhook_url: receiver.url,
+    });
+    const submit = async (body = form) => {
       const post = await requestJson(agent, {
         url: `${api.baseUrl}/generation/generate_image_v2/`,
         method: 'POST',
-        headers: { Authorization: authorization, 'Content-Type': form.contentType },
-        body: form.body,
+        headers: { Authorization: authorization, 'Content-Type': body.contentType },
+        body: body.body,
       });
       if (post.status !== 202) throw new Error(`POST ${post.status} ${post.body}`);
       return post.json.history_item_id;
@@ -63,6 +78,10 @@ export async function run() {
 
     const methods = {
       'event stream': (id) => finalEventOf(`${itemUrl(id)}/events`, authorization),
+      webhook: async (id) => {
+        const { receivedAt, body } = await receiver.next(id);
+        return receivedAt - Date.parse(body.data.completed_at);
+      },
       'Prefer: wait': async (id) => {
         const got = await requestJson(agent, {
           url: itemUrl(id),
@@ -88,7 +107,9 @@ export async function run() {
     const rounds = [];
     for (let round = 0; round < ROUNDS; round++) {
       rounds.push(
-        ...Object.entries(methods).map(async ([name, follow]) => latencies[name].push(await follow(await submit()))),
+        ...Object.entries(methods).map(async ([name, follow]) =>
+          latencies[name].push(await follow(await submit(name === 'webhook' ? hookedForm : form))),
+        ),
       );
       await sleep(ROUND_INTERVAL_MS);
     }
@@ -96,6 +117,7 @@ export async function run() {
     const targets = {
       'event stream': { op: '<=', value: 15, text: '<= 15 ms' },
       'Prefer: wait': { op: '<=', value: 20, text: '<= 20 ms' },
+      webhook: { op: '<=', value: 50, text: '<= 50 ms' },
     };
     for (const [name, values] of Object.entries(latencies)) {
       const summary = summarize(values);
@@ -110,7 +132,9 @@ export async function run() {
         targets[name],
       );
     }
+    await webhookThroughput(env, userId, receiver);
     await api.stop();
+    await receiver.close();
 
     await idleStreams(env);
   } finally {
@@ -220,4 +244,60 @@ function openIdle(url, authorization) {
     });
   });
   return { opened, closed: () => closed, close: () => req.destroy() };
+}
+
+/**
+ * A webhook receiver on loopback that answers 200 at once and keeps, per item, when its message arrived. (The
+ * signature is verified by the tests; here only the timing matters.)
+ */
+async function startReceiver() {
+  const arrivals = new Map();
+  const waiters = new Map();
+  const server = http.createServer((request, response) => {
+    let text = '';
+    request.setEncoding('utf8');
+    request.on('data', (chunk) => (text += chunk));
+    request.on('end', () => {
+      const receivedAt = Date.now();
+      response.writeHead(200).end();
+      const body = JSON.parse(text);
+      const arrival = { receivedAt, body };
+      arrivals.set(body.data.history_item_id, arrival);
+      waiters.get(body.data.history_item_id)?.(arrival);
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/hooks`,
+    arrivals,
+    next: (id) => (arrivals.has(id) ? arrivals.get(id) : new Promise((resolve) => waiters.set(id, resolve))),
+    close: () => new Promise((resolve) => server.close(resolve)),
+  };
+}
+
+/**
+ * Deliveries a second one worker sustains: messages of ended items put in the outbox (the items' rows) at once, queued
+ * by the worker's reconciler and delivered to the loopback receiver; from the first arrival to the last.
+ */
+async function webhookThroughput(env, userId, receiver) {
+  const count = 1000;
+  const db = new pg.Client({ connectionString: env.databaseUrl });
+  await db.connect();
+  const ids = Array.from({ length: count }, () => randomUUID());
+  try {
+    await db.query(
+      `INSERT INTO history_items (id, user_id, tool, generation_type, status, inputs, completed_at, webhook_url, webhook_state)
+       SELECT id, $2, 'fashion_card', 'product_card', 'complete', '{}', now() - interval '1 minute', $3, 'pending'
+         FROM unnest($1::uuid[]) AS id`,
+      [ids, userId, receiver.url],
+    );
+  } finally {
+    await db.end();
+  }
+  const arrivals = await Promise.all(ids.map((id) => receiver.next(id)));
+  const times = arrivals.map((arrival) => arrival.receivedAt).sort((a, b) => a - b);
+  const perSecond = (count - 1) / ((times.at(-1) - times[0]) / 1000);
+  log(`  ${count} webhook messages delivered by one worker in ${((times.at(-1) - times[0]) / 1000).toFixed(1)} s`);
+  record('push', 'webhook deliveries a second, one worker, loopback receiver', perSecond, `${perSecond.toFixed(0)}/s`);
 }

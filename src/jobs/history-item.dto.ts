@@ -1,0 +1,54 @@
+import type { components } from '../generated/openapi.js';
+import { mediaPath } from '../media/media.js';
+import type { HistoryItemRow } from './history.repository.js';
+
+type HistoryItemSchema = components['schemas']['HistoryItem'];
+
+/** A history item as every client sees it: the item GET, event streams and webhooks. */
+export class HistoryItemDto implements HistoryItemSchema {
+  history_item_id: string;
+  tool: string;
+  generation_type: string;
+  status: HistoryItemSchema['status'];
+  preview_url: string | null;
+  stock_url: string | null;
+  output_url: string | null;
+  like: boolean | null;
+  error: HistoryItemSchema['error'];
+  created_at: string;
+  updated_at: string;
+  completed_at: string | null;
+  webhook: HistoryItemSchema['webhook'];
+
+  /**
+   * Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL, on the
+   * service itself or on whatever serves the media store (MEDIA_PUBLIC_BASE_URL).
+   */
+  static from(item: HistoryItemRow, mediaBaseUrl: string): HistoryItemDto {
+    const complete = item.status === 'complete';
+    const stock = mediaPath(item.id, 'stock');
+    return {
+      history_item_id: item.id,
+      tool: item.tool,
+      generation_type: item.generationType,
+      status: item.status,
+      preview_url: complete ? mediaPath(item.id, 'preview') : null,
+      stock_url: complete ? stock : null,
+      output_url: complete ? `${mediaBaseUrl}/${stock}` : null,
+      like: item.like,
+      error: item.errorCode ? { code: item.errorCode, message: item.errorMessage ?? '' } : null,
+      created_at: item.createdAt.toISOString(),
+      updated_at: item.updatedAt.toISOString(),
+      completed_at: item.completedAt?.toISOString() ?? null,
+      webhook: item.webhookUrl
+        ? {
+            url: item.webhookUrl,
+            state: item.webhookState ?? 'pending',
+            attempts: item.webhookAttempts,
+            last_attempt_at: item.webhookLastAttemptAt?.toISOString() ?? null,
+            last_status: item.webhookLastStatus,
+          }
+        : null,
+    };
+  }
+}

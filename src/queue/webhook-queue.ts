@@ -1,0 +1,38 @@
+import { InjectQueue } from '@nestjs/bull';
+import { Injectable } from '@nestjs/common';
+import type { Job, Queue } from 'bull';
+import { AppConfig } from '../config/config.js';
+import { addInTime, type Delivery, deliveryOf } from './job-queue.js';
+import { DELIVER_JOB, WEBHOOK_QUEUE, type WebhookJobData, webhookJobOptions } from './queues.js';
+
+/** One delivery attempt of a webhook message. */
+export interface WebhookDelivery extends Delivery {
+  type: WebhookJobData['type'];
+}
+
+/**
+ * The webhook messages: queued in Redis like jobs, so a message survives restarts of every process and is retried on
+ * its schedule (WEBHOOK_RETRY_DELAYS_MS) by whichever worker is up.
+ */
+@Injectable()
+export class WebhookQueue {
+  constructor(
+    @InjectQueue(WEBHOOK_QUEUE) private readonly queue: Queue<WebhookJobData>,
+    private readonly config: AppConfig,
+  ) {}
+
+  async enqueue(message: WebhookJobData): Promise<void> {
+    await addInTime(() => this.queue.add(DELIVER_JOB, message, webhookJobOptions(this.config, message.historyItemId)));
+  }
+
+  /** Runs `handler` for each attempt; what it throws is retried on the schedule until the attempts run out. */
+  process(concurrency: number, handler: (delivery: WebhookDelivery) => Promise<void>): void {
+    void this.queue.process(DELIVER_JOB, concurrency, (job: Job<WebhookJobData>) =>
+      handler({ ...deliveryOf(job), type: job.data.type }),
+    );
+  }
+
+  close(): Promise<void> {
+    return this.queue.close();
+  }
+}
