@@ -118,13 +118,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     if (error instanceof PermanentEngineError) {
       this.logger.warn({ id, code: error.code, err: message }, 'job failed permanently');
       // The engine's own message (its URL, its answer) stays in the log above; the client reads plain words.
-      await this.lifecycle.fail(
-        id,
-        error.code,
-        error.code === 'invalid_image'
-          ? 'An input image could not be decoded.'
-          : 'The engine could not process the job.',
-      );
+      await this.lifecycle.fail(id, error.code, clientMessageOf(error));
       await delivery.discard();
       throw error;
     }
@@ -135,5 +129,20 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         : this.lifecycle.fail(id, 'engine_failed', `The engine failed ${delivery.attemptsMade + 1} times.`));
     }
     throw error;
+  }
+}
+
+/**
+ * What the client reads in `error.message`. An engine's own message stays in the log (a model server's URL, its
+ * answer), except where it is written for the client: what input would work.
+ */
+function clientMessageOf(error: PermanentEngineError): string {
+  switch (error.code) {
+    case 'invalid_image':
+      return 'An input image could not be decoded.';
+    case 'engine_failed':
+      return 'The engine could not process the job.';
+    default:
+      return error.message;
   }
 }

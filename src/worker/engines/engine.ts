@@ -32,10 +32,14 @@ export interface Engine {
   generate(request: EngineRequest): Promise<EngineImage>;
 }
 
-/** A failure that will fail again on retry (an input that does not decode, a rejected request). */
+/**
+ * A failure that will fail again on retry: an input that does not decode, a rejected request, or an input the engine
+ * cannot make a right result from (`unsupported_input`, `no_person_found`), whose message then tells the client, in
+ * plain words, what input would work.
+ */
 export class PermanentEngineError extends Error {
   constructor(
-    readonly code: 'invalid_image' | 'engine_failed',
+    readonly code: 'invalid_image' | 'engine_failed' | 'unsupported_input' | 'no_person_found',
     message: string,
   ) {
     super(message);

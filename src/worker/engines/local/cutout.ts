@@ -6,6 +6,7 @@
  * input straight to the drawing size and keyed again there, so edges are keyed at the output resolution
  * and no RGBA resample is needed after keying.
  */
+import { PermanentEngineError } from '../engine.js';
 import { featherEllipse } from './compose.js';
 import { type KeyOptions, type KeyResult, extractForeground, keyBackground } from './keying.js';
 import { type Box, type Plane, type RawImage, fromRaw, toPlane, toRawImage } from './raw-image.js';
@@ -119,6 +120,20 @@ function keyed(image: RawImage, options: KeyOptions): { image: RawImage; reliabl
     image: extractForeground(image, key, { left: 0, top: 0, right: image.width, bottom: image.height }),
     reliable: key.reliable,
   };
+}
+
+/**
+ * Refuses an object the engine could not cut out: its background is not plain (a busy photo), so anything drawn with
+ * the object would be the whole photo. `what` says what the input should show, for the client.
+ */
+export function requireCutOut(found: { reliable: boolean }, input: string, what: string): void {
+  if (!found.reliable) {
+    throw new PermanentEngineError(
+      'unsupported_input',
+      `The ${input} image needs ${what} on a plain, evenly coloured background; ` +
+        `in this one the background is too busy to tell the ${input} from it.`,
+    );
+  }
 }
 
 /** Longest side keyed directly by {@link objectMask}; larger images are keyed on a reduced copy. */

@@ -6,7 +6,7 @@
  * mask the target is unchanged. When the target's background is busy, the whole frame is retextured.
  * Output size = the target image.
  */
-import { objectMask } from './cutout.js';
+import { objectMask, requireCutOut } from './cutout.js';
 import type { Pipeline } from './pipeline.js';
 import { type RawImage, clamp, clampByte, fromRaw, toRawImage } from './raw-image.js';
 
@@ -20,6 +20,7 @@ export const fabricRetexturePipeline: Pipeline = async (ctx) => {
   const [fabric, target] = await Promise.all([ctx.image('fabric'), ctx.image('target')]);
   ctx.checkpoint();
   const mask = await objectMask(target);
+  requireCutOut(mask, 'target', 'the object to retexture (a sofa, a cushion, a garment)');
   const { left, top, right, bottom } = mask.box;
   const alpha = mask.alpha.data;
 

@@ -10,7 +10,7 @@
  * Output size = the room image.
  */
 import { alphaOf, applyShade, compositeOver, ellipseShade, softShadow } from './compose.js';
-import { analyseObject, cutoutAt } from './cutout.js';
+import { analyseObject, cutoutAt, requireCutOut } from './cutout.js';
 import type { Pipeline } from './pipeline.js';
 import { type RawImage, clamp } from './raw-image.js';
 
@@ -23,6 +23,7 @@ export const furniturePlacementPipeline: Pipeline = async (ctx) => {
   const [room, furniture] = await Promise.all([ctx.image('room'), ctx.image('furniture', { alpha: true })]);
   ctx.checkpoint();
   const piece = await analyseObject(furniture);
+  requireCutOut(piece, 'furniture', 'the piece alone (a catalogue or studio shot)');
   const boxW = piece.box.right - piece.box.left;
   const boxH = piece.box.bottom - piece.box.top;
   const floorY = findFloorLine(room);

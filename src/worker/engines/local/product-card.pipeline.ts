@@ -5,7 +5,7 @@
  * When the garment photo has a busy background the whole photo is placed on the card instead.
  */
 import { alphaOf, applyShade, compositeOver, softShadow } from './compose.js';
-import { analyseObject, cutoutAt } from './cutout.js';
+import { analyseObject, cutoutAt, requireCutOut } from './cutout.js';
 import type { Pipeline } from './pipeline.js';
 import type { Plane, RawImage } from './raw-image.js';
 
@@ -22,6 +22,7 @@ export const productCardPipeline: Pipeline = async (ctx) => {
   const clothes = await ctx.image('clothes', { alpha: true });
   ctx.checkpoint();
   const garment = await analyseObject(clothes);
+  requireCutOut(garment, 'clothes', 'the garment alone (a flat lay or a studio shot)');
   const boxW = garment.box.right - garment.box.left;
   const boxH = garment.box.bottom - garment.box.top;
   const scale = min((CARD_WIDTH * 0.74) / boxW, (CARD_HEIGHT * 0.7) / boxH);
