@@ -1,206 +1,223 @@
 /**
- * Rough body landmarks of a standing person, from the silhouette keyed against a plain (studio) background,
- * or from standard figure proportions of the frame when the background is busy.
+ * Where a garment goes on a person, from what the person models see (person-model.ts): body landmarks from the
+ * pose keypoints (widths measured on the person mask), which parts of the person are in front of a garment
+ * (head and hair, forearms), and where a garment may be drawn at all (on and just around the person), so the
+ * background and the face are left as they were.
  *
- * Measured on a copy at most 400 px long (plenty for landmarks), reported in the input image's pixels.
- * Rows are in image pixels. `height` is the estimated full figure height (head top to soles) even when the
- * photo is cropped above the feet (estimated from the head-to-shoulder distance in that case).
+ * A photo without a person is `no_person_found`; one that does not show the body parts a garment needs
+ * (trousers on a head-and-shoulders portrait) is `unsupported_input`, saying which photo works.
  */
-import { type KeyResult, keyBackground, runAt } from './keying.js';
-import { type Plane, type RawImage, clamp, fromRaw, toRawImage } from './raw-image.js';
+import { PermanentEngineError } from '../engine.js';
+import { type Keypoint, type KeypointName, type PersonAnalysis } from './person-model.js';
+import { type Plane, blurPlane, clamp, fromRaw, toPlane } from './raw-image.js';
 
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
-const { floor, max, min, round } = Math;
+const { abs, hypot, max, min, round } = Math;
 
 export interface BodyLandmarks {
-  /** True when measured on the keyed silhouette, false when taken from frame proportions. */
-  fromSilhouette: boolean;
-  top: number;
   height: number;
   centreX: number;
   /** Top of the shoulders (where a collar sits). */
   shoulderY: number;
   chestY: number;
+  /** Where a waistband sits. */
   waistY: number;
-  /** Crotch / hip line (where the legs part). */
+  /** Crotch (where the legs part). */
   hipY: number;
   kneeY: number;
   ankleY: number;
   shoulderWidth: number;
   /** Torso width between chest and waist. */
   torsoWidth: number;
-  /** Width across the hips, just above the crotch. */
+  /** Width across the hips. */
   hipWidth: number;
 }
 
-// Standard proportions of a standing adult, as fractions of the figure height from the head top.
-const P = { neck: 0.13, shoulder: 0.165, chest: 0.26, waist: 0.38, hip: 0.5, knee: 0.72, ankle: 0.955 };
+export type BodyPart = 'shoulders' | 'hips' | 'knees' | 'ankles';
 
-/** Long side of the copy the silhouette is measured on (landmarks need no more; keying it is then cheap). */
-const ANALYSIS_SIZE = 400;
-
-export async function estimateBody(person: RawImage): Promise<BodyLandmarks> {
-  const scale = min(1, ANALYSIS_SIZE / max(person.width, person.height));
-  const small =
-    scale < 1
-      ? await toRawImage(
-          fromRaw(person).resize(max(1, round(person.width * scale)), max(1, round(person.height * scale)), {
-            fit: 'fill',
-          }),
-        )
-      : person;
-  const key = keyBackground(small, { maxBorderNoise: 40, closing: 0 });
-  const measured =
-    (key.reliable ? measureSilhouette(key, small.width, small.height) : null) ??
-    proportional(small.width, small.height);
-  return rescale(measured, person.width / small.width, person.height / small.height);
+export interface PersonFit {
+  body: BodyLandmarks;
+  /** Where the person is in front of a garment (head and hair, forearms), 0..255, at the photo's size. */
+  front: Plane;
+  /** Where a garment may be drawn (the person and a margin around them), 0..255, at the photo's size. */
+  within: Plane;
 }
 
-function rescale(b: BodyLandmarks, sx: number, sy: number): BodyLandmarks {
-  return {
-    fromSilhouette: b.fromSilhouette,
-    top: b.top * sy,
-    height: b.height * sy,
-    centreX: (b.centreX + 0.5) * sx - 0.5,
-    shoulderY: b.shoulderY * sy,
-    chestY: b.chestY * sy,
-    waistY: b.waistY * sy,
-    hipY: b.hipY * sy,
-    kneeY: b.kneeY * sy,
-    ankleY: b.ankleY * sy,
-    shoulderWidth: b.shoulderWidth * sx,
-    torsoWidth: b.torsoWidth * sx,
-    hipWidth: b.hipWidth * sx,
-  };
+/** A keypoint the pose model is at least this sure of counts as seen. */
+const SEEN = 0.3;
+/** A photo where fewer keypoints are seen holds no person (a cat, a cup, a wall see none or one). */
+const MIN_SEEN_FOR_PERSON = 4;
+/** Long side of the copy the person mask is widened on. */
+const WITHIN_SIZE = 256;
+
+const PART_KEYPOINTS: Record<BodyPart, [KeypointName, KeypointName]> = {
+  shoulders: ['leftShoulder', 'rightShoulder'],
+  hips: ['leftHip', 'rightHip'],
+  knees: ['leftKnee', 'rightKnee'],
+  ankles: ['leftAnkle', 'rightAnkle'],
+};
+
+/**
+ * The body and its masks for a garment that needs `parts` in view. `photoAdvice` completes the refusal's message:
+ * it says which photo works (e.g. "a full-length photo, head to feet").
+ */
+export async function fitPerson(person: PersonAnalysis, parts: BodyPart[], photoAdvice: string): Promise<PersonFit> {
+  const { keypoints: k, mask } = person;
+  const seen = (name: KeypointName): boolean => k[name].score >= SEEN;
+  if (Object.values(k).filter((point) => point.score >= SEEN).length < MIN_SEEN_FOR_PERSON) {
+    throw new PermanentEngineError(
+      'no_person_found',
+      'No person was found in the person image: it needs one person, standing and facing the camera.',
+    );
+  }
+  // The shoulders give the body's scale, so they are always needed, both; of the other pairs one side is enough.
+  const needed = [...new Set<BodyPart>(['shoulders', ...parts])];
+  const missing = needed.filter((part) => {
+    const [left, right] = PART_KEYPOINTS[part];
+    return part === 'shoulders' ? !(seen(left) && seen(right)) : !(seen(left) || seen(right));
+  });
+  if (missing.length > 0) {
+    throw new PermanentEngineError(
+      'unsupported_input',
+      `The person image shows too little of the body for this garment: the ${missing.join(' and ')} ` +
+        `are not in view. Use ${photoAdvice}.`,
+    );
+  }
+
+  const body = landmarks(person);
+  const [front, within] = await Promise.all([frontOf(person, body), withinOf(mask, body)]);
+  return { body, front, within };
 }
 
-function proportional(width: number, height: number): BodyLandmarks {
-  const top = height * 0.04;
-  const h = height * 0.94;
-  // Widths from the height, but never wider than the frame allows (a very narrow crop).
-  const w = (k: number): number => min(h * k, width * k * 2.5);
-  return fromProportions(top, h, width / 2, { shoulderWidth: w(0.25), torsoWidth: w(0.19), hipWidth: w(0.2) }, false);
-}
-
-function fromProportions(
-  top: number,
-  h: number,
-  centreX: number,
-  widths: Pick<BodyLandmarks, 'shoulderWidth' | 'torsoWidth' | 'hipWidth'>,
-  fromSilhouette: boolean,
-): BodyLandmarks {
-  return {
-    fromSilhouette,
-    top,
-    height: h,
-    centreX,
-    shoulderY: top + P.shoulder * h,
-    chestY: top + P.chest * h,
-    waistY: top + P.waist * h,
-    hipY: top + P.hip * h,
-    kneeY: top + P.knee * h,
-    ankleY: top + P.ankle * h,
-    ...widths,
-  };
-}
-
-function measureSilhouette(key: KeyResult, width: number, height: number): BodyLandmarks | null {
-  const alpha = key.alpha;
-  const { top, bottom, left, right } = key.box;
-  const boxH = bottom - top;
-  // A person is taller than wide and fills a good part of the frame height.
-  if (boxH < height * 0.3 || right - left > boxH * 1.2) {
+function landmarks({ keypoints: k, mask }: PersonAnalysis): BodyLandmarks {
+  const mean = (a: Keypoint, b: Keypoint): Keypoint => ({
+    x: (a.x + b.x) / 2,
+    y: (a.y + b.y) / 2,
+    score: min(a.score, b.score),
+  });
+  // The surer side of a pair, or their mean when both are seen.
+  const pair = (a: Keypoint, b: Keypoint): Keypoint | null => {
+    if (a.score >= SEEN && b.score >= SEEN) return mean(a, b);
+    if (a.score >= SEEN || b.score >= SEEN) return a.score >= b.score ? a : b;
     return null;
-  }
-  const centreX = upperCentroidX(alpha, top, top + round(boxH * 0.5));
-  const widthAt = (y: number): number => {
-    const run = runAt(alpha, clamp(round(y), 0, height - 1), round(centreX));
-    return run ? run.right - run.left : 0;
   };
+  const shoulders = mean(k.leftShoulder, k.rightShoulder);
+  const shoulderSpan = max(1, abs(k.leftShoulder.x - k.rightShoulder.x));
+  const eyes = pair(k.leftEye, k.rightEye) ?? (k.nose.score >= SEEN ? k.nose : null);
+  const eyeY = eyes?.y ?? shoulders.y - 0.9 * shoulderSpan;
+  // Typical adult proportions, in shoulder spans, stand in for the parts out of frame.
+  const hips = pair(k.leftHip, k.rightHip);
+  const hipJointY = hips?.y ?? shoulders.y + 1.45 * shoulderSpan;
+  const knees = pair(k.leftKnee, k.rightKnee);
+  const kneeY = knees?.y ?? hipJointY + 1.2 * shoulderSpan;
+  const ankles = pair(k.leftAnkle, k.rightAnkle);
+  const ankleY = ankles?.y ?? kneeY + (kneeY - hipJointY);
+  const centreX = hips ? (shoulders.x + hips.x) / 2 : shoulders.x;
 
-  // Head: widths grow to the head's width, narrow at the neck, then jump at the shoulders.
-  const searchEnd = top + round(boxH * 0.45);
-  const minRows = max(2, round(boxH * 0.02));
-  let headW = 0;
-  let shoulderStart = -1;
-  for (let y = top; y < searchEnd; y++) {
-    const w = widthAt(y);
-    if (y - top >= minRows && headW > 0 && w > headW * 1.6) {
-      shoulderStart = y;
-      break;
-    }
-    headW = max(headW, w);
-  }
-  const feetVisible = bottom < height - 2;
-  let h: number;
-  let shoulderY: number;
-  if (shoulderStart > top) {
-    // The shoulder slope starts at roughly 0.15 of the figure height.
-    const estimated = (shoulderStart - top) / 0.15;
-    h = feetVisible ? boxH : max(boxH, estimated);
-    if (feetVisible && (estimated < boxH * 0.6 || estimated > boxH * 1.6)) {
-      // The head measurement disagrees wildly with the full figure: not a standing person; use proportions.
-      shoulderY = top + P.shoulder * h;
-    } else {
-      shoulderY = shoulderStart;
-    }
-  } else {
-    if (!feetVisible) {
-      return null;
-    }
-    h = boxH;
-    shoulderY = top + P.shoulder * h;
-  }
-
-  // Crotch: going down from the waist, the first row where the body's centre column is background.
-  const base = fromProportions(top, h, centreX, { shoulderWidth: 0, torsoWidth: 0, hipWidth: 0 }, true);
-  let hipY = base.hipY;
-  const cx = round(centreX);
-  for (let y = round(top + h * 0.42); y < min(height, round(top + h * 0.62)); y++) {
-    if (alpha.data[y * width + cx] < 128 && widthAt(y) < h * 0.25) {
-      hipY = y;
-      break;
-    }
-  }
-
-  const medianWidth = (from: number, to: number): number => {
-    const values: number[] = [];
-    const step = max(1, round((to - from) / 24));
-    for (let y = round(from); y <= round(to); y += step) values.push(widthAt(y));
-    values.sort((a, b) => a - b);
-    return values[floor(values.length / 2)] ?? 0;
+  const headTop = maskTop(mask, round(eyes?.x ?? centreX), eyeY) ?? eyeY - 0.45 * (shoulders.y - eyeY);
+  const height = max(1, (ankleY - headTop) / 0.955);
+  const torso = hipJointY - shoulders.y;
+  const maskWidth = (y: number, low: number, high: number, fallback: number): number => {
+    const width = runWidth(mask, round(centreX), round(y));
+    return width > 0 ? clamp(width, low * shoulderSpan, high * shoulderSpan) : fallback * shoulderSpan;
   };
-  const shoulderWidth = clamp(medianWidth(shoulderY + h * 0.02, shoulderY + h * 0.05), h * 0.18, h * 0.34);
-  const torsoWidth = clamp(medianWidth(top + h * 0.28, top + h * 0.38), h * 0.14, h * 0.3);
-  const hipWidth = clamp(medianWidth(hipY - h * 0.06, hipY - h * 0.02), h * 0.15, h * 0.3);
-  const ankleY = feetVisible ? min(bottom - h * 0.035, top + P.ankle * h) : top + P.ankle * h;
-
   return {
-    ...base,
-    shoulderY,
-    chestY: shoulderY + (P.chest - P.shoulder) * h,
-    waistY: min(top + P.waist * h, hipY - 0.08 * h),
-    hipY,
-    kneeY: hipY + (P.knee - P.hip) * h,
+    height,
+    centreX,
+    shoulderY: shoulders.y - 0.035 * height,
+    chestY: shoulders.y + 0.3 * torso,
+    waistY: hipJointY - 0.25 * torso,
+    hipY: hipJointY + 0.1 * (kneeY - hipJointY),
+    kneeY,
     ankleY,
-    shoulderWidth,
-    torsoWidth,
-    hipWidth,
+    shoulderWidth: 1.25 * shoulderSpan,
+    torsoWidth: maskWidth(shoulders.y + 0.55 * torso, 0.75, 1.1, 0.9),
+    hipWidth: maskWidth(hipJointY - 0.02 * height, 0.7, 1.15, 0.85),
   };
 }
 
-/** Mean x of the opaque pixels between two rows. */
-function upperCentroidX(alpha: Plane, fromY: number, toY: number): number {
-  let sum = 0;
-  let count = 0;
-  for (let y = fromY; y < toY; y++) {
-    const row = y * alpha.width;
-    for (let x = 0; x < alpha.width; x++) {
-      if (alpha.data[row + x] >= 128) {
-        sum += x;
-        count++;
+/** The top row of the mask's run of person pixels that holds (x, fromY), going up. */
+function maskTop(mask: Plane, x: number, fromY: number): number | null {
+  const column = clamp(x, 0, mask.width - 1);
+  let y = clamp(round(fromY), 0, mask.height - 1);
+  if (mask.data[y * mask.width + column] < 128) return null;
+  while (y > 0 && mask.data[(y - 1) * mask.width + column] >= 128) y--;
+  return y;
+}
+
+/** Width of the mask's run of person pixels through (x, y); 0 when (x, y) is not on the person. */
+function runWidth(mask: Plane, x: number, y: number): number {
+  if (y < 0 || y >= mask.height || x < 0 || x >= mask.width) return 0;
+  const row = y * mask.width;
+  if (mask.data[row + x] < 128) return 0;
+  let left = x;
+  let right = x;
+  while (left > 0 && mask.data[row + left - 1] >= 128) left--;
+  while (right < mask.width - 1 && mask.data[row + right + 1] >= 128) right++;
+  return right - left + 1;
+}
+
+/** Head and hair (the person above the chin) and the forearms, soft-edged. */
+async function frontOf({ keypoints: k, mask }: PersonAnalysis, body: BodyLandmarks): Promise<Plane> {
+  const { width, height } = mask;
+  const front = new Uint8Array(width * height);
+  const shoulderJointY = (k.leftShoulder.y + k.rightShoulder.y) / 2;
+  const eyes = [k.leftEye, k.rightEye, k.nose].filter((point) => point.score >= SEEN);
+  if (eyes.length > 0) {
+    const eyeY = eyes.reduce((sum, point) => sum + point.y, 0) / eyes.length;
+    const headX = eyes.reduce((sum, point) => sum + point.x, 0) / eyes.length;
+    const neck = shoulderJointY - eyeY;
+    const chinY = min(height, round(eyeY + 0.6 * neck));
+    const x0 = max(0, round(headX - 1.1 * neck));
+    const x1 = min(width, round(headX + 1.1 * neck));
+    for (let y = 0; y < chinY; y++) {
+      for (let x = x0; x < x1; x++) if (mask.data[y * width + x] >= 128) front[y * width + x] = 255;
+    }
+  }
+  const radius = 0.12 * body.shoulderWidth;
+  for (const [elbow, wrist] of [
+    [k.leftElbow, k.leftWrist],
+    [k.rightElbow, k.rightWrist],
+  ]) {
+    if (elbow.score >= SEEN && wrist.score >= SEEN) drawCapsule(front, mask, elbow, wrist, radius);
+  }
+  return blurPlane({ data: front, width, height }, max(0.5, body.height * 0.002));
+}
+
+/** Marks the person pixels within `radius` of the segment a-b. */
+function drawCapsule(front: Uint8Array, mask: Plane, a: Keypoint, b: Keypoint, radius: number): void {
+  const { width, height } = mask;
+  const x0 = max(0, round(min(a.x, b.x) - radius));
+  const x1 = min(width, round(max(a.x, b.x) + radius));
+  const y0 = max(0, round(min(a.y, b.y) - radius));
+  const y1 = min(height, round(max(a.y, b.y) + radius));
+  const dx = b.x - a.x;
+  const dy = b.y - a.y;
+  const length2 = max(1e-6, dx * dx + dy * dy);
+  for (let y = y0; y < y1; y++) {
+    for (let x = x0; x < x1; x++) {
+      const t = clamp(((x - a.x) * dx + (y - a.y) * dy) / length2, 0, 1);
+      if (hypot(x - a.x - t * dx, y - a.y - t * dy) <= radius && mask.data[y * width + x] >= 128) {
+        front[y * width + x] = 255;
       }
     }
   }
-  return count ? sum / count : alpha.width / 2;
+}
+
+/**
+ * The person mask widened by an eighth of the figure's height: clothes stand off the body (a flared skirt, a loose
+ * sleeve), but a garment is never drawn over the background away from the person. Widened on a small copy.
+ */
+async function withinOf(mask: Plane, body: BodyLandmarks): Promise<Plane> {
+  const scale = min(1, WITHIN_SIZE / max(mask.width, mask.height));
+  const radius = max(1, round(body.height * 0.125 * scale));
+  return toPlane(
+    fromRaw(mask)
+      .resize(max(1, round(mask.width * scale)), max(1, round(mask.height * scale)), { fit: 'fill' })
+      .threshold(128)
+      // sharp's morphology takes black as the foreground: its erode is what grows the (white) person.
+      .erode(radius)
+      .resize(mask.width, mask.height, { fit: 'fill' })
+      .blur(max(0.5, body.height * 0.004)),
+  );
 }

@@ -14,10 +14,13 @@ import {
   errorFrom,
 } from './engine-thread.protocol.js';
 import { LocalEngine } from './local.engine.js';
+import { personModels } from './person-model.js';
 
 const port = parentPort!;
 const { limitInputPixels } = workerData as { limitInputPixels: number };
 const engine = new LocalEngine({ limitInputPixels });
+// Loaded as the thread starts, not by its first try-on; a failure to load is that try-on's error.
+personModels().catch(() => undefined);
 let running: AbortController | undefined;
 
 port.on('message', (message: ThreadMessage) => {

@@ -1,7 +1,8 @@
 /**
- * Virtual try-on without ML: the garment is keyed out of its (plain) background, fitted to the person's body
- * landmarks (width from the torso / hips, top at the shoulders / waist, a limited vertical stretch to span the
- * target band) and composited onto the person with a subtle soft shadow. Output size = the person image.
+ * Virtual try-on: the garment is keyed out of its (plain) background, fitted to the person's body landmarks found
+ * by the pose and segmentation models (width from the torso / hips, top at the shoulders / waist, a limited
+ * vertical stretch to span the target band) and composited onto the person with a subtle soft shadow, behind
+ * the head, hair and forearms and never over the background away from the person. Output size = the person image.
  *
  * Regions:
  * - `upper`: shoulders to hips (t-shirts, shirts, jackets);
@@ -11,12 +12,13 @@
  *   set photographed as two pieces stays together);
  * - `auto` (fashion_swap_full): `lower` when the garment has two legs, `dress` when it is long, else `upper`.
  */
-import { type BodyLandmarks, estimateBody } from './body.js';
+import { type BodyLandmarks, type BodyPart, fitPerson } from './body.js';
 import { alphaOf, applyShade, compositeOver, softShadow } from './compose.js';
-import { analyseObject, cutoutAt } from './cutout.js';
+import { type Cutout, analyseObject, cutoutAt, requireCutOut } from './cutout.js';
 import { runAt } from './keying.js';
+import { analysePerson } from './person-model.js';
 import type { Pipeline, PipelineContext } from './pipeline.js';
-import { type Plane, type RawImage, clamp } from './raw-image.js';
+import { type Plane, type RawImage, clamp, clampByte } from './raw-image.js';
 
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
 const { ceil, floor, max, min, round } = Math;
@@ -32,14 +34,29 @@ export const fashionSwapLowerPipeline: Pipeline = (ctx) => tryOn(ctx, 'lower');
 /** `lengerie` / `lengerie_swap`. */
 export const lingerieSwapPipeline: Pipeline = (ctx) => tryOn(ctx, 'lingerie');
 
+/** The body parts each try-on needs in the person photo, and the photo that shows them. */
+const NEEDS: Record<GarmentRegion | 'auto', { parts: BodyPart[]; photo: string }> = {
+  upper: { parts: ['shoulders'], photo: 'a photo showing the person from the head to at least the chest' },
+  lingerie: { parts: ['shoulders', 'hips'], photo: 'a photo showing the person from the head to the hips or below' },
+  dress: {
+    parts: ['shoulders', 'hips', 'knees'],
+    photo: 'a photo showing the person from the head to the knees or below',
+  },
+  lower: { parts: ['hips', 'knees', 'ankles'], photo: 'a full-length photo of the person, head to feet' },
+  auto: { parts: ['shoulders', 'hips', 'knees', 'ankles'], photo: 'a full-length photo of the person, head to feet' },
+};
+
 async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): Promise<RawImage> {
   const [clothes, person] = await Promise.all([ctx.image('clothes', { alpha: true }), ctx.image('person')]);
   ctx.checkpoint();
   const keyOptions = { keepRatio: requested === 'lingerie' ? 0.2 : 1 };
-  const [garment, body] = await Promise.all([analyseObject(clothes, keyOptions), estimateBody(person)]);
+  const [garment, seen] = await Promise.all([analyseObject(clothes, keyOptions), analysePerson(person)]);
+  ctx.checkpoint();
+  requireCutOut(garment, 'clothes', 'the garment alone');
+  const { body, front, within } = await fitPerson(seen, NEEDS[requested].parts, NEEDS[requested].photo);
   ctx.checkpoint();
 
-  const region = requested !== 'auto' ? requested : garment.reliable ? classifyGarment(garment.silhouette) : 'upper';
+  const region = requested !== 'auto' ? requested : classifyGarment(garment.silhouette);
   const fit = fitGarment(garment.silhouette, region, body);
   // Whatever the measurements say, the garment is never drawn more than 1.2x the person image's size.
   const bound = min(
@@ -55,6 +72,7 @@ async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): P
   ctx.checkpoint();
   const left = round(body.centreX - fit.anchorX * fit.scaleX) - cut.left;
   const top = round(fit.top) - cut.top;
+  keepWithin(cut, left, top, within, front);
 
   // Subtle shadow cast by the garment onto the body, slightly down and to the right.
   const sigma = max(1.5, body.height * 0.007);
@@ -64,7 +82,38 @@ async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): P
   const output: RawImage = { ...person, data: Buffer.from(person.data) };
   applyShade(output, shadow, left - pad + round(body.height * 0.002), top - pad + round(body.height * 0.006), 0.35);
   compositeOver(output, cut.image, left, top);
+  restoreFront(output, person, front);
   return output;
+}
+
+/** Clears the garment's alpha where it would leave the person (`within`) or pass in front of them (`front`). */
+function keepWithin(cut: Cutout, left: number, top: number, within: Plane, front: Plane): void {
+  const { image } = cut;
+  for (let y = 0; y < image.height; y++) {
+    const outY = top + y;
+    for (let x = 0; x < image.width; x++) {
+      const outX = left + x;
+      const a = (y * image.width + x) * 4 + 3;
+      if (outX < 0 || outY < 0 || outX >= within.width || outY >= within.height) {
+        image.data[a] = 0;
+        continue;
+      }
+      const at = outY * within.width + outX;
+      image.data[a] = (image.data[a] * within.data[at] * (255 - front.data[at])) / (255 * 255);
+    }
+  }
+}
+
+/** The person's own pixels back where they are in front (and the garment's shadow may have fallen there). */
+function restoreFront(output: RawImage, person: RawImage, front: Plane): void {
+  for (let i = 0; i < front.data.length; i++) {
+    const f = front.data[i];
+    if (f === 0) continue;
+    for (let c = 0; c < 3; c++) {
+      const at = i * 3 + c;
+      output.data[at] = clampByte(output.data[at] + ((person.data[at] - output.data[at]) * f) / 255);
+    }
+  }
 }
 
 interface Fit {

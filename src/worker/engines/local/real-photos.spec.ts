@@ -1,10 +1,17 @@
 import { readFile } from 'node:fs/promises';
+import { decode, meanDiff, raw } from '../../../../test/support/pixels.js';
 import { PermanentEngineError } from '../engine.js';
 import { LocalEngine } from './local.engine.js';
 
 /** A real photo from the test fixtures (see test/fixtures/photos/README.md for their licences). */
-const photo = (name: string) => readFile(`test/fixtures/photos/${name}.png`);
+const photo = (file: string) => readFile(`test/fixtures/photos/${file.includes('.') ? file : `${file}.png`}`);
 const example = (path: string) => readFile(`docs/examples/${path}`);
+
+const failureOf = (promise: Promise<unknown>): Promise<unknown> =>
+  promise.then(
+    () => undefined,
+    (error: unknown) => error,
+  );
 
 /**
  * The object tools cut their object out of its background. A photo with a busy background (a cat on a sofa, a cup on
@@ -41,6 +48,86 @@ describe('the local engine on real photos with busy backgrounds', () => {
       expect((failure as Error).message).toMatch(
         new RegExp(`^The ${input} image needs .* on a plain, evenly coloured background`),
       );
+    },
+    30_000,
+  );
+});
+
+/**
+ * The person tools find the person with the pose and segmentation models. The portrait (astronaut.jpg, 512x512) is
+ * head to waist: her face is at about x 175..275, y 40..190; her orange suit fills x 40..360 below y 300.
+ */
+describe('the local engine on a real portrait', () => {
+  const sut = new LocalEngine();
+  const FACE = { left: 185, top: 50, width: 80, height: 120 };
+  const TORSO = { left: 120, top: 320, width: 160, height: 120 };
+  const SHUTTLE = { left: 400, top: 0, width: 112, height: 120 };
+
+  it('fashion_swap_half upper dresses the torso and leaves the face and the background as they were', async () => {
+    const portrait = await photo('astronaut.jpg');
+    const clothes = await example('fashion_swap_half-upper/input-clothes.jpg');
+    const before = await decode(portrait);
+
+    const after = raw(
+      await sut.generate({
+        tool: 'fashion_swap_half',
+        generationType: 'upper',
+        images: { clothes, person: portrait },
+        texts: {},
+      }),
+    );
+
+    expect([after.width, after.height]).toEqual([512, 512]);
+    expect(meanDiff(before, after, TORSO)).toBeGreaterThan(40);
+    expect(meanDiff(before, after, FACE)).toBe(0);
+    expect(meanDiff(before, after, SHUTTLE)).toBe(0);
+  }, 30_000);
+
+  it.each([
+    [
+      'fashion_swap',
+      'fashion_swap_full',
+      'fashion_swap',
+      /the knees and ankles are not in view\. Use a full-length photo/,
+    ],
+    [
+      'fashion_swap_half',
+      'lower',
+      'fashion_swap_half-lower',
+      /the knees and ankles are not in view\. Use a full-length photo/,
+    ],
+  ] as const)(
+    '%s / %s on the portrait: unsupported_input, saying which photo works',
+    async (tool, type, folder, message) => {
+      const failure = await failureOf(
+        sut.generate({
+          tool,
+          generationType: type,
+          images: { clothes: await example(`${folder}/input-clothes.jpg`), person: await photo('astronaut.jpg') },
+          texts: {},
+        }),
+      );
+
+      expect((failure as PermanentEngineError).code).toBe('unsupported_input');
+      expect((failure as Error).message).toMatch(message);
+    },
+    30_000,
+  );
+
+  it.each(['chelsea', 'coffee'])(
+    'a photo with no person in it (%s) is no_person_found',
+    async (file) => {
+      const failure = await failureOf(
+        sut.generate({
+          tool: 'fashion_swap_half',
+          generationType: 'upper',
+          images: { clothes: await example('fashion_swap_half-upper/input-clothes.jpg'), person: await photo(file) },
+          texts: {},
+        }),
+      );
+
+      expect(failure).toBeInstanceOf(PermanentEngineError);
+      expect((failure as PermanentEngineError).code).toBe('no_person_found');
     },
     30_000,
   );
