@@ -32,21 +32,23 @@ const clothes: CatalogInput = {
   name: 'clothes',
   kind: 'image',
   required: true,
-  description: 'Photo of the garment, ideally flat or on a plain background.',
+  description:
+    'Photo of the garment alone (laid flat, on a hanger or a mannequin) on a plain, evenly coloured background, or a PNG cut-out with transparency. On a busy background the job ends `unsupported_input`.',
 };
-const person: CatalogInput = {
-  name: 'person',
-  kind: 'image',
-  required: true,
-  description: 'Photo of the person, standing and facing the camera, on a plain background.',
-};
+/** The person photo of a try-on: how much of the body it must show depends on where the garment goes. */
+const person = (description: string): CatalogInput => ({ name: 'person', kind: 'image', required: true, description });
 
 export const CATALOG: readonly CatalogTool[] = [
   {
     id: 'fashion_swap',
     group: 'fashion',
     title: 'Virtual try-on',
-    inputs: [clothes, person],
+    inputs: [
+      clothes,
+      person(
+        'Photo of one person, full length (head to feet), standing and facing the camera, any background. Nobody in the photo: `no_person_found`; the knees or feet out of the frame: `unsupported_input`.',
+      ),
+    ],
     generationTypes: [
       {
         id: 'fashion_swap_full',
@@ -59,7 +61,12 @@ export const CATALOG: readonly CatalogTool[] = [
     id: 'fashion_swap_half',
     group: 'fashion',
     title: 'Half-body try-on',
-    inputs: [clothes, person],
+    inputs: [
+      clothes,
+      person(
+        'Photo of one person facing the camera, any background. `upper` needs the head to at least the chest in the frame, `lower` the hips to the feet. Nobody in the photo: `no_person_found`; the part the garment goes on out of the frame: `unsupported_input`.',
+      ),
+    ],
     generationTypes: [
       { id: 'upper', title: 'Upper half', description: 'Places a top on the upper body, shoulders to hips.' },
       {
@@ -86,7 +93,12 @@ export const CATALOG: readonly CatalogTool[] = [
     id: 'lengerie',
     group: 'fashion',
     title: 'Lingerie try-on',
-    inputs: [clothes, person],
+    inputs: [
+      clothes,
+      person(
+        'Photo of one person facing the camera, from the head to the hips or below, any background. Nobody in the photo: `no_person_found`; the hips out of the frame: `unsupported_input`.',
+      ),
+    ],
     generationTypes: [
       {
         id: 'lengerie_swap',
@@ -100,12 +112,18 @@ export const CATALOG: readonly CatalogTool[] = [
     group: 'interior',
     title: 'Furniture placement',
     inputs: [
-      { name: 'room', kind: 'image', required: true, description: 'Photo of the room, floor visible.' },
+      {
+        name: 'room',
+        kind: 'image',
+        required: true,
+        description: 'Photo of the room, the floor visible in its lower part.',
+      },
       {
         name: 'furniture',
         kind: 'image',
         required: true,
-        description: 'Photo of the piece of furniture on a plain background.',
+        description:
+          'Photo of the piece of furniture alone on a plain, evenly coloured background, or a PNG cut-out with transparency. On a busy background the job ends `unsupported_input`.',
       },
     ],
     generationTypes: [
@@ -121,12 +139,18 @@ export const CATALOG: readonly CatalogTool[] = [
     group: 'textile',
     title: 'Fabric retexture',
     inputs: [
-      { name: 'fabric', kind: 'image', required: true, description: 'Photo or scan of the fabric pattern.' },
+      {
+        name: 'fabric',
+        kind: 'image',
+        required: true,
+        description: 'Photo or scan of the fabric pattern, filling the frame.',
+      },
       {
         name: 'target',
         kind: 'image',
         required: true,
-        description: 'Photo of the object to retexture (a sofa, a cushion, a garment) on a plain background.',
+        description:
+          'Photo of the object to retexture (a sofa, a cushion, a garment) on a plain, evenly coloured background. On a busy background the job ends `unsupported_input`.',
       },
     ],
     generationTypes: [

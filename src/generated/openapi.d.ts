@@ -538,7 +538,7 @@ export interface components {
             required: boolean;
             /**
              * @description What to upload, for display next to the field.
-             * @example Photo of the garment, ideally flat or on a plain background.
+             * @example Photo or scan of the fabric pattern, filling the frame.
              */
             description: string;
         };
@@ -1223,32 +1223,32 @@ export interface operations {
                     generation_type?: string;
                     /**
                      * Format: binary
-                     * @description Photo of the garment, ideally flat or on a plain background. Required by `fashion_swap`, `fashion_swap_half`, `fashion_card`, `lengerie`.
+                     * @description Photo of the garment alone (laid flat, on a hanger or a mannequin) on a plain, evenly coloured background, or a PNG cut-out with transparency. On a busy background the job ends `unsupported_input`. Required by `fashion_swap`, `fashion_swap_half`, `fashion_card`, `lengerie`.
                      */
                     clothes?: string;
                     /**
                      * Format: binary
-                     * @description Photo of the person, standing and facing the camera, on a plain background. Required by `fashion_swap`, `fashion_swap_half`, `lengerie`.
+                     * @description Photo of one person facing the camera, any background. How much of the body must be in the frame depends on the garment: head to feet for `fashion_swap`, head to chest for `fashion_swap_half` `upper`, hips to feet for `lower`, head to hips for `lengerie`. Nobody in the photo ends the job `no_person_found`; too little of the body, `unsupported_input`. Required by `fashion_swap`, `fashion_swap_half`, `lengerie`.
                      */
                     person?: string;
                     /**
                      * Format: binary
-                     * @description Photo of the room, floor visible. Required by `furniture`.
+                     * @description Photo of the room, the floor visible in its lower part. Required by `furniture`.
                      */
                     room?: string;
                     /**
                      * Format: binary
-                     * @description Photo of the piece of furniture on a plain background. Required by `furniture`.
+                     * @description Photo of the piece of furniture alone on a plain, evenly coloured background, or a PNG cut-out with transparency. On a busy background the job ends `unsupported_input`. Required by `furniture`.
                      */
                     furniture?: string;
                     /**
                      * Format: binary
-                     * @description Photo or scan of the fabric pattern. Required by `fabric`.
+                     * @description Photo or scan of the fabric pattern, filling the frame. Required by `fabric`.
                      */
                     fabric?: string;
                     /**
                      * Format: binary
-                     * @description Photo of the object to retexture (a sofa, a cushion, a garment) on a plain background. Required by `fabric`.
+                     * @description Photo of the object to retexture (a sofa, a cushion, a garment) on a plain, evenly coloured background. On a busy background the job ends `unsupported_input`. Required by `fabric`.
                      */
                     target?: string;
                     /**
