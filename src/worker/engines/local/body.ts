@@ -33,7 +33,9 @@ export interface BodyLandmarks {
   hipWidth: number;
 }
 
-export type BodyPart = 'shoulders' | 'hips' | 'knees' | 'ankles';
+/** From the top down. */
+const BODY_PARTS = ['shoulders', 'hips', 'knees', 'ankles'] as const;
+export type BodyPart = (typeof BODY_PARTS)[number];
 
 export interface PersonFit {
   body: BodyLandmarks;
@@ -48,7 +50,7 @@ const SEEN = 0.3;
 /** A photo where fewer keypoints are seen holds no person (a cat, a cup, a wall see none or one). */
 const MIN_SEEN_FOR_PERSON = 4;
 /** Long side of the copy the person mask is widened on. */
-const WITHIN_SIZE = 256;
+const WITHIN_SIZE = 64;
 
 const PART_KEYPOINTS: Record<BodyPart, [KeypointName, KeypointName]> = {
   shoulders: ['leftShoulder', 'rightShoulder'],
@@ -70,11 +72,12 @@ export async function fitPerson(person: PersonAnalysis, parts: BodyPart[], photo
       'No person was found in the person image: it needs one person, standing and facing the camera.',
     );
   }
-  // The shoulders give the body's scale, so they are always needed, both; of the other pairs one side is enough.
+  // The shoulders give the body's scale, so they are always needed, both. A part further down is in the frame when
+  // one side of it, or of any part below it, is seen (straight trouser legs can hide the knees from the model).
   const needed = [...new Set<BodyPart>(['shoulders', ...parts])];
   const missing = needed.filter((part) => {
-    const [left, right] = PART_KEYPOINTS[part];
-    return part === 'shoulders' ? !(seen(left) && seen(right)) : !(seen(left) || seen(right));
+    if (part === 'shoulders') return !(seen('leftShoulder') && seen('rightShoulder'));
+    return !BODY_PARTS.slice(BODY_PARTS.indexOf(part)).some((below) => PART_KEYPOINTS[below].some(seen));
   });
   if (missing.length > 0) {
     throw new PermanentEngineError(
@@ -109,8 +112,8 @@ function landmarks({ keypoints: k, mask }: PersonAnalysis): BodyLandmarks {
   const hips = pair(k.leftHip, k.rightHip);
   const hipJointY = hips?.y ?? shoulders.y + 1.45 * shoulderSpan;
   const knees = pair(k.leftKnee, k.rightKnee);
-  const kneeY = knees?.y ?? hipJointY + 1.2 * shoulderSpan;
   const ankles = pair(k.leftAnkle, k.rightAnkle);
+  const kneeY = knees?.y ?? (ankles ? (hipJointY + ankles.y) / 2 : hipJointY + 1.2 * shoulderSpan);
   const ankleY = ankles?.y ?? kneeY + (kneeY - hipJointY);
   const centreX = hips ? (shoulders.x + hips.x) / 2 : shoulders.x;
 
@@ -217,7 +220,8 @@ async function withinOf(mask: Plane, body: BodyLandmarks): Promise<Plane> {
       .threshold(128)
       // sharp's morphology takes black as the foreground: its erode is what grows the (white) person.
       .erode(radius)
-      .resize(mask.width, mask.height, { fit: 'fill' })
-      .blur(max(0.5, body.height * 0.004)),
+      // Blurred small, the edge is soft once enlarged (a few percent of the height), at no full-size cost.
+      .blur(1)
+      .resize(mask.width, mask.height, { fit: 'fill' }),
   );
 }
