@@ -3,7 +3,7 @@ import sharp from 'sharp';
 import { CARD_HEIGHT, CARD_WIDTH } from '../../src/worker/engines/local/product-card.pipeline.js';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { makeImage, withLeadingMetadata } from '../support/jobs.js';
+import { makeImage, makePerson, PERSON_SIZE, withLeadingMetadata } from '../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 import { bearer, file, UUID } from './helpers.js';
 import {
@@ -27,7 +27,7 @@ type Size = { width: number; height: number };
 /** Inputs of distinct sizes, so the stock image's size tells which input it was built on. */
 const SIZES: Record<string, Size> = {
   clothes: { width: 360, height: 420 },
-  person: { width: 600, height: 800 },
+  person: PERSON_SIZE,
   room: { width: 900, height: 600 },
   furniture: { width: 300, height: 300 },
   fabric: { width: 256, height: 256 },
@@ -36,6 +36,7 @@ const SIZES: Record<string, Size> = {
 };
 
 async function png(name: string, color = '#3a6ea5'): Promise<FormValue> {
+  if (name === 'person') return file(await makePerson('png'), 'person.png', 'image/png');
   const { width, height } = SIZES[name];
   return file(await makeImage(width, height, 'png', color), `${name}.png`, 'image/png');
 }
@@ -238,7 +239,7 @@ describe('job creation with a worker running', () => {
       const response = await postJob(sut.baseUrl, apiKey, {
         tool: 'fashion_swap',
         clothes: file(await makeImage(360, 420, 'jpeg', '#a53a3a'), 'clothes.png', 'image/png'),
-        person: file(await makeImage(width, height, 'webp'), 'person.jpg', 'application/octet-stream'),
+        person: file(await makePerson('webp'), 'person.jpg', 'application/octet-stream'),
       });
 
       const accepted = await expectAccepted(response);
@@ -253,17 +254,7 @@ describe('job creation with a worker running', () => {
     async () => {
       const { width, height } = SIZES.person;
       const clothes = withLeadingMetadata(await makeImage(360, 420, 'jpeg', '#a53a3a'), 150_000);
-      const person = await sharp({
-        create: {
-          width,
-          height,
-          channels: 3,
-          background: '#808080',
-          noise: { type: 'gaussian', mean: 128, sigma: 40 },
-        },
-      })
-        .webp()
-        .toBuffer();
+      const person = await makePerson('webp', { grain: true });
       expect(person.length).toBeGreaterThan(64 * 1024);
 
       const accepted = await expectAccepted(

@@ -1,5 +1,6 @@
-import type { FormValue } from './client.js';
+import { readFile } from 'node:fs/promises';
 import sharp from 'sharp';
+import type { FormValue } from './client.js';
 
 /** A real image of the given size and format, with some structure so engines have edges to work on. */
 export async function makeImage(
@@ -31,9 +32,32 @@ export function withLeadingMetadata(jpeg: Buffer, bytes: number): Buffer {
   return Buffer.concat([jpeg.subarray(0, 2), ...segments, jpeg.subarray(2)]);
 }
 
+/** Width and height of {@link makePerson}'s figure. */
+export const PERSON_SIZE = { width: 600, height: 800 };
+
+/**
+ * A person the person tools find (a plain rectangle is no person): the drawn 600x800 figure of the examples, standing
+ * on a plain backdrop. `grain` overlays sensor-like noise, so the file is as large as a photo's.
+ */
+export async function makePerson(format: 'png' | 'jpeg' | 'webp' = 'jpeg', { grain = false } = {}): Promise<Buffer> {
+  let figure = sharp(await readFile('docs/examples/fashion_swap/input-person.jpg'));
+  if (grain) {
+    const noise = await sharp({
+      create: { ...PERSON_SIZE, channels: 3, background: '#808080', noise: { type: 'gaussian', mean: 128, sigma: 30 } },
+    })
+      .png()
+      .toBuffer();
+    figure = figure.composite([{ input: noise, blend: 'soft-light' }]);
+  }
+  // Grain is kept at a photo's quality (at the default 80 a WebP smooths most of it away).
+  if (format === 'png') return figure.png().toBuffer();
+  return figure[format]({ quality: grain ? 90 : 80 }).toBuffer();
+}
+
 /** The images each tool needs, small and valid. */
 export async function inputsFor(tool: string): Promise<Record<string, FormValue>> {
   const image = async (color: string) => ({ data: await makeImage(320, 400, 'png', color), contentType: 'image/png' });
+  const person = async () => ({ data: await makePerson(), contentType: 'image/jpeg' });
   const inputs: Record<string, string[]> = {
     fashion_swap: ['clothes', 'person'],
     fashion_swap_half: ['clothes', 'person'],
@@ -45,6 +69,8 @@ export async function inputsFor(tool: string): Promise<Record<string, FormValue>
   };
   const colors = ['#a53a3a', '#3a6ea5'];
   const fields: Record<string, FormValue> = { tool };
-  for (const [index, name] of (inputs[tool] ?? []).entries()) fields[name] = await image(colors[index % 2]);
+  for (const [index, name] of (inputs[tool] ?? []).entries()) {
+    fields[name] = name === 'person' ? await person() : await image(colors[index % 2]);
+  }
   return fields;
 }
