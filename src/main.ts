@@ -1,13 +1,14 @@
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
+import type { Request } from 'express';
 import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { AppModule } from './app.module.js';
 import { PrototypedExpressAdapter } from './common/express-adapter.js';
 import { createRootLogger, JsonLogger, requestLogging } from './common/logging.js';
 import { DOCS_ROUTE, hardenHttp } from './common/security.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
-import { Contract } from './contract/contract.js';
+import { Contract, servedServer } from './contract/contract.js';
 import { httpMetrics } from './metrics/http-metrics.js';
 import { Metrics } from './metrics/metrics.js';
 import { assertRedisReachable } from './redis/redis.js';
@@ -33,9 +34,12 @@ async function bootstrap(config: AppConfig): Promise<void> {
   // process.exit(0) after the shutdown hooks, instead of re-raising the signal: SIGTERM ends with exit code 0.
   app.enableShutdownHooks([], { useProcessExit: true });
   if (config.runsApi) {
-    SwaggerModule.setup(DOCS_ROUTE, app, app.get(Contract).document as unknown as OpenAPIObject, {
+    const contract = app.get(Contract);
+    SwaggerModule.setup(DOCS_ROUTE, app, contract.document as unknown as OpenAPIObject, {
       raw: false,
       customSiteTitle: 'Image generation service API',
+      patchDocumentOnRequest: <TRequest>(request: TRequest) =>
+        contract.documentFor(servedServer(config, request as Request)) as unknown as OpenAPIObject,
     });
   }
   await app.listen(config.port, config.host);

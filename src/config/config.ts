@@ -35,6 +35,11 @@ export class AppConfig {
   /** `pretty`: one readable line per event, for a person at a terminal; `json`: one JSON object per line. */
   readonly logFormat: 'auto' | 'json' | 'pretty';
   readonly publicBaseUrl: string;
+  /**
+   * The server the served contract (/openapi.json, /openapi.yaml, /docs) names, so Swagger UI's "Try it out"
+   * calls the service: PUBLIC_BASE_URL when set; unset, the origin each request reached.
+   */
+  readonly contractServerUrl: string | undefined;
   /** Base of `output_url`: PUBLIC_BASE_URL (the /media route), or a CDN or bucket serving the media store. */
   readonly mediaPublicBaseUrl: string;
   /** Port of the separate Prometheus listener on HOST; 0: no listener. */
@@ -103,7 +108,8 @@ export class AppConfig {
       'info',
     );
     this.logFormat = read.oneOf('LOG_FORMAT', ['auto', 'json', 'pretty'] as const, 'auto');
-    this.publicBaseUrl = read.url('PUBLIC_BASE_URL', `http://localhost:${this.port}`).replace(/\/+$/, '');
+    this.contractServerUrl = read.optionalUrl('PUBLIC_BASE_URL')?.replace(/\/+$/, '');
+    this.publicBaseUrl = this.contractServerUrl ?? `http://localhost:${this.port}`;
     this.mediaPublicBaseUrl = read.url('MEDIA_PUBLIC_BASE_URL', this.publicBaseUrl).replace(/\/+$/, '');
     this.metricsPort = read.int('METRICS_PORT', 0, 0, 65535);
     this.databaseUrl = read.optionalUrl('DATABASE_URL', ['postgres:', 'postgresql:']);

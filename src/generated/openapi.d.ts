@@ -426,7 +426,9 @@ export interface paths {
         };
         /**
          * This contract as JSON
-         * @description The OpenAPI document of this API, as JSON. Public. (`GET /docs` renders it with Swagger UI.)
+         * @description The OpenAPI document of this API, as JSON. Public. (`GET /docs` renders it with Swagger UI.) Its
+         *     `servers` name this service: `PUBLIC_BASE_URL` when the service has one set, else the origin the
+         *     request reached, so "Try it out" and generated clients call the service wherever it is served.
          */
         get: operations["getOpenApiJson"];
         put?: never;
@@ -446,7 +448,8 @@ export interface paths {
         };
         /**
          * This contract as YAML
-         * @description The OpenAPI document of this API, as YAML (the source file). Public.
+         * @description The OpenAPI document of this API, as YAML: the source file, but for its `servers`, which name this
+         *     service as `GET /openapi.json` does. Public.
          */
         get: operations["getOpenApiYaml"];
         put?: never;

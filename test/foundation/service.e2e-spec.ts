@@ -219,21 +219,38 @@ describe('the service process', () => {
       expect(response.headers.get('content-type')).toMatch(/javascript/);
     });
 
-    it('serves /openapi.json equal to the YAML file', async () => {
+    // The service as the request reached it: Swagger UI's "Try it out" calls that origin.
+    const servedServers = () => [{ url: sut.baseUrl, description: 'This service' }];
+
+    it('serves /openapi.json equal to the YAML file but for its servers, which name this service', async () => {
       const response = await request('/openapi.json');
 
       expect(response.status).toBe(200);
       const body = await expectMatchesContract(response, 'GET', '/openapi.json');
-      expect(body).toEqual(parse(await readFile(CONTRACT_FILE, 'utf8')));
+      expect(body).toEqual({ ...parse(await readFile(CONTRACT_FILE, 'utf8')), servers: servedServers() });
     });
 
-    it('serves /openapi.yaml as the file, byte for byte', async () => {
+    it('serves /openapi.yaml as the file, but for its servers block, which names this service', async () => {
       const response = await request('/openapi.yaml');
 
       expect(response.status).toBe(200);
       await expectMatchesContract(response, 'GET', '/openapi.yaml');
-      expect(Buffer.from(await response.arrayBuffer()).equals(await readFile(CONTRACT_FILE))).toBe(true);
+      const served = await response.text();
+      const committed = await readFile(CONTRACT_FILE, 'utf8');
+      expect(parse(served)).toEqual({ ...parse(committed), servers: servedServers() });
+      const outsideServers = (yaml: string) => yaml.replace(/^servers:\n(?:[ -].*\n)+/m, '');
+      expect(outsideServers(served)).toBe(outsideServers(committed));
     });
+
+    it('names PUBLIC_BASE_URL as the server when the service has one', async () => {
+      const configured = await startService({ ...env.serviceEnv, PUBLIC_BASE_URL: 'https://api.example.test/' });
+      try {
+        const body = (await (await fetch(`${configured.baseUrl}/openapi.json`)).json()) as { servers: unknown };
+        expect(body.servers).toEqual([{ url: 'https://api.example.test', description: 'This service' }]);
+      } finally {
+        await configured.stop();
+      }
+    }, 60_000);
 
     it('serves the contract without a key', async () => {
       const [json, yaml, docs] = await Promise.all([
