@@ -3,12 +3,30 @@ import prettier from 'eslint-config-prettier';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'coverage/', 'data/', 'node_modules/', 'src/generated/'] },
+  {
+    ignores: [
+      'dist/',
+      'coverage/',
+      'data/',
+      'node_modules/',
+      'src/generated/',
+      'client/dist/',
+      'client/src/generated/',
+      '.scratch/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: {
       parserOptions: { project: './tsconfig.check.json', tsconfigRootDir: import.meta.dirname },
+    },
+  },
+  {
+    // The client and the playground run in browsers too: their own settings (DOM types, no Node types).
+    files: ['client/src/**/*.ts', 'playground/**/*.ts'],
+    languageOptions: {
+      parserOptions: { project: './playground/tsconfig.json', tsconfigRootDir: import.meta.dirname },
     },
   },
   {

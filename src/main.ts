@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { fileURLToPath } from 'node:url';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import type { Request } from 'express';
@@ -6,7 +7,7 @@ import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { AppModule } from './app.module.js';
 import { PrototypedExpressAdapter } from './common/express-adapter.js';
 import { createRootLogger, JsonLogger, requestLogging } from './common/logging.js';
-import { DOCS_ROUTE, hardenHttp } from './common/security.js';
+import { DOCS_ROUTE, PLAYGROUND_ROUTE, hardenHttp } from './common/security.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
 import { Contract, servedServer } from './contract/contract.js';
 import { httpMetrics } from './metrics/http-metrics.js';
@@ -40,6 +41,12 @@ async function bootstrap(config: AppConfig): Promise<void> {
       customSiteTitle: 'Image generation service API',
       patchDocumentOnRequest: <TRequest>(request: TRequest) =>
         contract.documentFor(servedServer(config, request as Request)) as unknown as OpenAPIObject,
+    });
+    // Static files built with the service (npm run build); no key needed to load the page, only to use it.
+    app.useStaticAssets(fileURLToPath(new URL('./playground/', import.meta.url)), {
+      prefix: `/${PLAYGROUND_ROUTE}`,
+      // Not content-hashed: a browser asks again each time, and gets 304 while the build is the same.
+      maxAge: 0,
     });
   }
   await app.listen(config.port, config.host);

@@ -4,8 +4,10 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import helmet from 'helmet';
 import type { AppConfig } from '../config/config.js';
 
-/** Where Swagger UI is served (main.ts); the only HTML page of the service. */
+/** Where Swagger UI is served (main.ts). */
 export const DOCS_ROUTE = 'docs';
+/** Where the playground page is served (main.ts, built into dist/playground). */
+export const PLAYGROUND_ROUTE = 'playground';
 
 type Middleware = (request: IncomingMessage, response: ServerResponse, next: (error?: unknown) => void) => void;
 
@@ -37,15 +39,25 @@ const DOCS_POLICY = {
 };
 
 /**
+ * The playground is the service's own page: its script, stylesheet, API calls and result images all come from the
+ * service; the user's picked files are previewed through blob: URLs. Nothing inline, nothing from elsewhere.
+ */
+const PLAYGROUND_POLICY = {
+  'default-src': ["'self'"],
+  'img-src': ["'self'", 'blob:'],
+  'object-src': ["'none'"],
+  'base-uri': ["'none'"],
+  'form-action': ["'none'"],
+  'frame-ancestors': ["'none'"],
+};
+
+/**
  * Helmet's headers (nosniff, HSTS, Referrer-Policy, ...) on every response, with a Content-Security-Policy
  * per kind of content. Media may be embedded by frontends on other origins (`<img>` is a no-cors request,
  * which `Cross-Origin-Resource-Policy: same-origin` would block).
  */
 function securityHeaders(): Middleware {
-  const withPolicy = (
-    directives: typeof API_POLICY | typeof DOCS_POLICY,
-    crossOriginResourcePolicy?: { policy: 'cross-origin' },
-  ) =>
+  const withPolicy = (directives: Record<string, string[]>, crossOriginResourcePolicy?: { policy: 'cross-origin' }) =>
     headersOf(
       helmet({
         xFrameOptions: { action: 'deny' },
@@ -55,11 +67,18 @@ function securityHeaders(): Middleware {
     );
   const api = withPolicy(API_POLICY);
   const docs = withPolicy(DOCS_POLICY);
+  const playground = withPolicy(PLAYGROUND_POLICY);
   const media = withPolicy(API_POLICY, { policy: 'cross-origin' });
+  const under = (path: string, route: string) => path === `/${route}` || path.startsWith(`/${route}/`);
   return (request, response, next) => {
     const path = (request.url ?? '').split('?')[0];
-    const headers =
-      path === `/${DOCS_ROUTE}` || path.startsWith(`/${DOCS_ROUTE}/`) ? docs : path.startsWith('/media/') ? media : api;
+    const headers = under(path, DOCS_ROUTE)
+      ? docs
+      : under(path, PLAYGROUND_ROUTE)
+        ? playground
+        : path.startsWith('/media/')
+          ? media
+          : api;
     response.setHeaders(headers);
     next();
   };

@@ -1,10 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import sharp from 'sharp';
 import contractSchema from '../support/contract-schema.cjs';
 import { freePort } from '../support/service.js';
 
-const PRISM = new URL('../../node_modules/.bin/prism', import.meta.url).pathname;
-const CONTRACT_FILE = new URL('../../openapi/openapi.yaml', import.meta.url).pathname;
+const MOCK = new URL('../../scripts/mock.mjs', import.meta.url).pathname;
 const STARTUP_TIMEOUT_MS = 60_000;
 
 type Contract = {
@@ -25,8 +25,11 @@ function violations(response: Response): Array<{ location: string[]; code: strin
   return JSON.parse(response.headers.get('sl-violations') ?? '[]');
 }
 
-/** Prism's mock server on the contract: what client developers run before the service exists. */
-describe('the mock server (prism mock openapi/openapi.yaml)', () => {
+/**
+ * `npm run mock` (scripts/mock.mjs): Prism's mock of the contract, with real images on the media paths and the
+ * playground; what frontend developers run before the service exists.
+ */
+describe('the mock server (npm run mock)', () => {
   let prism: ChildProcess;
   let prismExited: Promise<unknown>;
   let output = '';
@@ -35,8 +38,8 @@ describe('the mock server (prism mock openapi/openapi.yaml)', () => {
   beforeAll(async () => {
     const port = await freePort();
     baseUrl = `http://127.0.0.1:${port}`;
-    prism = spawn(PRISM, ['mock', '-h', '127.0.0.1', '-p', String(port), CONTRACT_FILE], {
-      env: { PATH: process.env.PATH },
+    prism = spawn(process.execPath, [MOCK], {
+      env: { PATH: process.env.PATH, MOCK_PORT: String(port) },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     prismExited = once(prism, 'exit');
@@ -134,6 +137,29 @@ describe('the mock server (prism mock openapi/openapi.yaml)', () => {
     expect(response.status).toBe(400);
     expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(violations(response).length).toBeGreaterThan(0);
+  });
+
+  it.each([
+    ['stock.jpg', 'image/jpeg', 'jpeg'],
+    ['preview.webp', 'image/webp', 'webp'],
+  ])('answers a media path (%s) with a real example image', async (file, contentType, format) => {
+    // The complete item of the contract's examples.
+    const response = await sut(`/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/${file}`, {});
+
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toBe(contentType);
+    const image = await sharp(Buffer.from(await response.arrayBuffer())).metadata();
+    expect(image.format).toBe(format);
+    expect(Math.max(image.width, image.height)).toBeGreaterThanOrEqual(file === 'stock.jpg' ? 600 : 400);
+  });
+
+  it('serves the playground page and its script', async () => {
+    const page = await sut('/playground/', {});
+    const script = await sut('/playground/app.js', {});
+
+    expect([page.status, script.status]).toEqual([200, 200]);
+    expect(await page.text()).toContain('<script type="module" src="app.js"></script>');
+    expect(script.headers.get('content-type')).toMatch(/^text\/javascript/);
   });
 
   it('answers with its own 422 problem when the operation documents no validation error', async () => {

@@ -1,0 +1,340 @@
+/**
+ * The typed client of the image generation service, for browsers and Node 20: types generated from the contract
+ * (`npm run gen`), requests through openapi-fetch. Every non-2xx answer is thrown as one {@link ServiceError}.
+ */
+import createFetchClient, { type Client as FetchClient } from 'openapi-fetch';
+import type { components, paths } from './generated/openapi.js';
+
+export type { components, paths };
+export type Tool = components['schemas']['Tool'];
+export type GenerationType = components['schemas']['GenerationType'];
+export type GenerationInput = components['schemas']['GenerationInput'];
+export type HistoryItem = components['schemas']['HistoryItem'];
+export type HistoryPage = components['schemas']['HistoryPage'];
+export type JobAccepted = components['schemas']['JobAccepted'];
+export type JobFinished = components['schemas']['JobFinished'];
+export type Problem = components['schemas']['Problem'];
+export type JobStatus = HistoryItem['status'];
+export type ImageInputName = Exclude<GenerationInput['name'], 'prompt'>;
+export type HistoryFilters = NonNullable<paths['/user/generation-history']['get']['parameters']['query']>;
+
+/** An image to upload: a browser File or Blob, or bytes (a Node Buffer is a Uint8Array). */
+export type ImageData = Blob | Uint8Array;
+
+export interface ClientOptions {
+  /** Where the service is, e.g. `https://images.example.com` (paths are appended to it). */
+  baseUrl: string;
+  apiKey: string;
+  /** A fetch of your own (tests, instrumentation); the global one by default. */
+  fetch?: typeof fetch;
+}
+
+export interface CreateJobOptions {
+  tool: string;
+  /** The tool's default when absent. */
+  generationType?: string;
+  images: Partial<Record<ImageInputName, ImageData>>;
+  /** The `default` tool's optional text. */
+  prompt?: string;
+  /** HTTPS URL the service POSTs the final item to, signed (see `@igs/client/webhooks`). */
+  webhookUrl?: string;
+  /** Makes retries safe: a repeat with the same key answers the first job instead of creating another. */
+  idempotencyKey?: string;
+  /** Seconds (1 to 60) to hold the answer until the job is final (`Prefer: wait`). */
+  wait?: number;
+  signal?: AbortSignal;
+}
+
+export interface WaitOptions {
+  signal?: AbortSignal;
+  /** Called with the item each time the client learns of a change (the first state included). */
+  onUpdate?: (item: HistoryItem) => void;
+}
+
+/** A problem+json answer (or a failure to reach the service), with what a caller branches on. */
+export class ServiceError extends Error {
+  override readonly name = 'ServiceError';
+
+  constructor(
+    /** HTTP status; 0 when the service could not be reached. */
+    readonly status: number,
+    /** The problem's stable `code` (`rate_limited`, `validation_failed`, ...); `network_error` when unreachable. */
+    readonly code: string,
+    message: string,
+    /** Seconds to wait before retrying, from `Retry-After` (429, 503). */
+    readonly retryAfter: number | undefined,
+    readonly problem: Problem | undefined,
+  ) {
+    super(message);
+  }
+}
+
+const FINAL: readonly JobStatus[] = ['complete', 'error'];
+/** The polling schedule the contract asks of clients that can do nothing better: 2 s, 4 s, then every 8 s. */
+const POLL_DELAYS_MS = [2000, 4000, 8000];
+/** Longest `Prefer: wait` the service honours. */
+const MAX_WAIT_SECONDS = 60;
+
+export function createClient(options: ClientOptions): Client {
+  return new Client(options);
+}
+
+export class Client {
+  readonly baseUrl: string;
+  private readonly http: FetchClient<paths>;
+  private readonly fetch: typeof fetch;
+
+  constructor(options: ClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    // Looked up at call time: a fetch replaced after the client was made (instrumentation) is still used.
+    this.fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.http = createFetchClient<paths>({
+      baseUrl: this.baseUrl,
+      fetch: (request) => this.fetch(request),
+      headers: { Authorization: `Bearer ${options.apiKey}` },
+    });
+  }
+
+  /** The tools, in catalogue order. */
+  async tools(): Promise<Tool[]> {
+    return expect(await this.send(() => this.http.GET('/generation/tools')));
+  }
+
+  /** A tool's generation types, the default first, each with the inputs it needs. */
+  async generationTypes(tool: string): Promise<GenerationType[]> {
+    return expect(await this.send(() => this.http.GET('/generation/generationTypes', { params: { query: { tool } } })));
+  }
+
+  /**
+   * Creates a job. Answers `JobAccepted` (status `pending`); with `wait`, `JobFinished` when the job ended within
+   * that many seconds.
+   */
+  async createJob(options: CreateJobOptions): Promise<JobAccepted | JobFinished> {
+    const form = new FormData();
+    form.append('tool', options.tool);
+    if (options.generationType !== undefined) form.append('generation_type', options.generationType);
+    for (const [name, image] of Object.entries(options.images)) {
+      if (image !== undefined) form.append(name, toBlob(image), name);
+    }
+    if (options.prompt !== undefined) form.append('prompt', options.prompt);
+    if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
+    const headers: Record<string, string> = {};
+    if (options.idempotencyKey !== undefined) headers['Idempotency-Key'] = options.idempotencyKey;
+    if (options.wait !== undefined) headers.Prefer = `wait=${options.wait}`;
+    return expect(
+      await this.send(() =>
+        this.http.POST('/generation/generate_image_v2/', {
+          // The contract types binary parts as strings; the form itself is sent, and fetch writes the multipart
+          // boundary and each file's part.
+          body: {} as never,
+          bodySerializer: () => form,
+          headers,
+          signal: options.signal,
+        }),
+      ),
+    );
+  }
+
+  /** One item; with `wait` (seconds), answered as soon as it is final or when the wait is over. */
+  async item(id: string, options: { wait?: number; signal?: AbortSignal } = {}): Promise<HistoryItem> {
+    const headers: Record<string, string> = options.wait ? { Prefer: `wait=${options.wait}` } : {};
+    return expect(
+      await this.send(() =>
+        this.http.GET('/user/generation-history/{id}', {
+          params: { path: { id } },
+          headers,
+          signal: options.signal,
+        }),
+      ),
+    );
+  }
+
+  /**
+   * Waits until the job is `complete` or `error` and answers its final item. Follows the item's event stream; where a
+   * stream cannot be had (a proxy that buffers, an old runtime), holds `Prefer: wait` requests; where the service does
+   * not hold them, polls every 2, 4, then 8 s. Stops with the signal's reason when it is aborted.
+   */
+  async waitForJob(id: string, options: WaitOptions = {}): Promise<HistoryItem> {
+    const { signal, onUpdate } = options;
+    try {
+      const final = await this.followEvents(id, options);
+      if (final) return final;
+    } catch (error) {
+      // A refusal (404, 401, 429) is the caller's to see; a broken stream falls back to requests.
+      if (error instanceof ServiceError && error.status !== 0) throw error;
+      signal?.throwIfAborted();
+    }
+    let polls = 0;
+    for (;;) {
+      signal?.throwIfAborted();
+      const response = await this.send(() =>
+        this.http.GET('/user/generation-history/{id}', {
+          params: { path: { id } },
+          headers: { Prefer: `wait=${MAX_WAIT_SECONDS}` },
+          signal,
+        }),
+      );
+      const item = expect(response);
+      onUpdate?.(item);
+      if (FINAL.includes(item.status)) return item;
+      if (!response.response.headers.has('Preference-Applied')) {
+        await sleep(POLL_DELAYS_MS[Math.min(polls++, POLL_DELAYS_MS.length - 1)], signal);
+      }
+    }
+  }
+
+  /** One page of the caller's history, newest first. */
+  async history(filters: HistoryFilters = {}): Promise<HistoryPage> {
+    return expect(await this.send(() => this.http.GET('/user/generation-history', { params: { query: filters } })));
+  }
+
+  /** Every item of the caller's history matching the filters, newest first, fetched a page at a time. */
+  async *historyItems(filters: Omit<HistoryFilters, 'page'> = {}): AsyncGenerator<HistoryItem> {
+    for (let page = 1; ; page++) {
+      const result = await this.history({ ...filters, page });
+      yield* result.items;
+      if (page >= result.total_pages) return;
+    }
+  }
+
+  /** Sets (`true` / `false`) or clears (`null`) the feedback on a complete item. */
+  async like(id: string, like: boolean | null): Promise<HistoryItem> {
+    return expect(
+      await this.send(() =>
+        this.http.PATCH('/user/generation-history/feedback/{id}', { params: { path: { id } }, body: { like } }),
+      ),
+    );
+  }
+
+  /** Deletes an item with its inputs and results. */
+  async delete(id: string): Promise<void> {
+    await this.send(() => this.http.DELETE('/user/generation-history/{id}', { params: { path: { id } } }));
+  }
+
+  /** Ends a pending job as `error` / `canceled`; a job already final is a `not_pending` ServiceError (409). */
+  async cancel(id: string): Promise<HistoryItem> {
+    return expect(
+      await this.send(() => this.http.POST('/user/generation-history/{id}/cancel', { params: { path: { id } } })),
+    );
+  }
+
+  /** The absolute URL of a media path the API returned (`media/<id>/stock.jpg`). */
+  mediaUrl(path: string): string {
+    return new URL(path, `${this.baseUrl}/`).href;
+  }
+
+  /** The item's event stream, read until it is final; null when the stream ended without a final item. */
+  private async followEvents(id: string, { signal, onUpdate }: WaitOptions): Promise<HistoryItem | null> {
+    const response = await this.send(() =>
+      this.http.GET('/user/generation-history/{id}/events', {
+        params: { path: { id } },
+        headers: { Accept: 'text/event-stream' },
+        parseAs: 'stream',
+        signal,
+      }),
+    );
+    const body = response.response.body;
+    if (!body) return null;
+    for await (const event of serverSentEvents(body, signal)) {
+      if (event.type !== 'item') continue;
+      const item = JSON.parse(event.data) as HistoryItem;
+      onUpdate?.(item);
+      if (FINAL.includes(item.status)) return item;
+    }
+    return null;
+  }
+
+  /** Runs a request, turning an answer that is not 2xx, or a failure to get one, into a ServiceError. */
+  private async send<T extends { response: Response; error?: unknown }>(request: () => Promise<T>): Promise<T> {
+    let result: T;
+    try {
+      result = await request();
+    } catch (error) {
+      if (isAbort(error)) throw error;
+      throw new ServiceError(
+        0,
+        'network_error',
+        `The service could not be reached: ${String(error)}`,
+        undefined,
+        undefined,
+      );
+    }
+    const { response } = result;
+    if (response.ok) return result;
+    const problem = isProblem(result.error) ? result.error : undefined;
+    const retryAfter = Number(response.headers.get('Retry-After') ?? Number.NaN);
+    throw new ServiceError(
+      response.status,
+      problem?.code ?? `http_${response.status}`,
+      problem?.detail ?? problem?.title ?? `HTTP ${response.status}`,
+      Number.isFinite(retryAfter) ? retryAfter : undefined,
+      problem,
+    );
+  }
+}
+
+function expect<T>(result: { data?: T }): T {
+  return result.data as T;
+}
+
+function toBlob(image: ImageData): Blob {
+  return image instanceof Blob ? image : new Blob([image as Uint8Array<ArrayBuffer>]);
+}
+
+function isProblem(value: unknown): value is Problem {
+  return typeof value === 'object' && value !== null && 'code' in value && 'status' in value;
+}
+
+function isAbort(error: unknown): boolean {
+  return error instanceof Error && (error.name === 'AbortError' || error.name === 'TimeoutError');
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(done, ms);
+    function done(): void {
+      signal?.removeEventListener('abort', aborted);
+      resolve();
+    }
+    function aborted(): void {
+      clearTimeout(timer);
+      reject(signal!.reason as Error);
+    }
+    signal?.addEventListener('abort', aborted, { once: true });
+  });
+}
+
+/** The events of a `text/event-stream` body (the fields this service sends: `event` and `data`). */
+async function* serverSentEvents(
+  body: ReadableStream<Uint8Array>,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<{ type: string; data: string }> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  const stop = () => void reader.cancel(signal?.reason).catch(() => undefined);
+  signal?.addEventListener('abort', stop, { once: true });
+  let buffer = '';
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, '\n');
+      let end: number;
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        let type = 'message';
+        const data: string[] = [];
+        for (const line of block.split('\n')) {
+          if (line.startsWith('event:')) type = line.slice(6).trim();
+          else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+        }
+        if (data.length > 0) yield { type, data: data.join('\n') };
+      }
+    }
+  } finally {
+    signal?.removeEventListener('abort', stop);
+    reader.releaseLock();
+    signal?.throwIfAborted();
+  }
+}
