@@ -1,10 +1,6 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import sharp from 'sharp';
 import contractSchema from '../support/contract-schema.cjs';
-import { freePort } from '../support/service.js';
-
-const MOCK = new URL('../../scripts/mock.mjs', import.meta.url).pathname;
+import { type RunningMock, startMock } from '../support/mock.js';
 const STARTUP_TIMEOUT_MS = 60_000;
 
 type Contract = {
@@ -30,38 +26,15 @@ function violations(response: Response): Array<{ location: string[]; code: strin
  * playground; what frontend developers run before the service exists.
  */
 describe('the mock server (npm run mock)', () => {
-  let prism: ChildProcess;
-  let prismExited: Promise<unknown>;
-  let output = '';
+  let mock: RunningMock;
   let baseUrl: string;
 
   beforeAll(async () => {
-    const port = await freePort();
-    baseUrl = `http://127.0.0.1:${port}`;
-    prism = spawn(process.execPath, [MOCK], {
-      env: { PATH: process.env.PATH, MOCK_PORT: String(port) },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    prismExited = once(prism, 'exit');
-    prism.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    prism.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    for (;;) {
-      if (prism.exitCode !== null) throw new Error(`prism exited with ${prism.exitCode}:\n${output}`);
-      try {
-        if ((await fetch(`${baseUrl}/health/live`)).ok) break;
-      } catch {
-        // not listening yet
-      }
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
+    mock = await startMock();
+    baseUrl = mock.baseUrl;
   }, STARTUP_TIMEOUT_MS);
 
-  afterAll(async () => {
-    if (prism && prism.exitCode === null && prism.signalCode === null) {
-      prism.kill('SIGTERM');
-      await prismExited;
-    }
-  }, STARTUP_TIMEOUT_MS);
+  afterAll(() => mock?.stop());
 
   function sut(path: string, headers: Record<string, string> = { authorization: 'Bearer anything' }) {
     return fetch(`${baseUrl}${path}`, { headers });
