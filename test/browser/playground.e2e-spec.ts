@@ -1,0 +1,167 @@
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import type { Browser, Page } from 'playwright-core';
+import { launchBrowser } from '../support/browser.js';
+import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { type RunningMock, startMock } from '../support/mock.js';
+import { createUserWithKey, type RunningService, startService } from '../support/service.js';
+
+const AXE_SOURCE = readFile(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+interface AxeViolation {
+  id: string;
+  impact: string | null;
+  help: string;
+  nodes: { target: string[] }[];
+}
+
+/** axe-core's serious and critical findings on the page as it is now. */
+async function accessibilityProblems(page: Page): Promise<string[]> {
+  // Evaluated through the DevTools protocol, which the page's Content-Security-Policy does not govern.
+  await page.evaluate(await AXE_SOURCE);
+  const violations = await page.evaluate(async () => {
+    const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: AxeViolation[] }> } }).axe;
+    return (await axe.run()).violations;
+  });
+  return violations
+    .filter((violation) => violation.impact === 'serious' || violation.impact === 'critical')
+    .map(
+      (violation) =>
+        `${violation.id}: ${violation.help} (${violation.nodes.map((n) => n.target.join(' ')).join(', ')})`,
+    );
+}
+
+/** The page's problems a user would not see: script errors and failed requests to its own origin. */
+function watchForErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on('pageerror', (error) => errors.push(`script error: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') errors.push(`console: ${message.text()}`);
+  });
+  return errors;
+}
+
+/** Waits until the result shows the full-resolution image, loaded (a broken image has no natural size). */
+const resultRendered = (page: Page) =>
+  page.waitForFunction(
+    `(() => {
+      const image = document.getElementById('result-image');
+      return image.complete && image.naturalWidth > 0 && image.src.endsWith('stock.jpg');
+    })()`,
+  );
+
+describe('in a real browser (Debian Chromium)', () => {
+  let browser: Browser;
+  let env: TestEnvironment;
+  let service: RunningService;
+  let mock: RunningMock;
+  let key: string;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    [browser, service, mock] = await Promise.all([launchBrowser(), startService(env.serviceEnv), startMock()]);
+    key = await createUserWithKey(env.databaseUrl);
+  }, 90_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await Promise.all([service?.stop(), mock?.stop()]);
+    await env?.dispose();
+  }, 60_000);
+
+  it('the playground runs a try-on on the service: submit, live status, the result, like, history, delete', async () => {
+    const page = await browser.newPage();
+    const errors = watchForErrors(page);
+    await page.goto(`${service.baseUrl}/playground`);
+
+    await page.getByLabel('API key').fill(key);
+    await page.getByRole('button', { name: 'Use key' }).click();
+    await page.getByLabel('Half-body try-on').check();
+    await page.getByLabel('Generation type').selectOption('upper');
+    await page.getByLabel('clothes').setInputFiles('docs/examples/fashion_swap_half-upper/input-clothes.jpg');
+    await page.getByLabel('person').setInputFiles('test/fixtures/photos/astronaut.jpg');
+    await page.getByRole('button', { name: 'Generate' }).click();
+
+    await page.getByText('Done.').waitFor({ timeout: 30_000 });
+    await resultRendered(page);
+    const row = page.locator('#history li').filter({ hasText: 'fashion_swap_half · upper' });
+    await row.getByRole('button', { name: /^Like/ }).click();
+    await row.getByRole('button', { name: /^Like/, pressed: true }).waitFor();
+    expect(await accessibilityProblems(page)).toEqual([]);
+    await page.getByLabel('Filter by status').selectOption('complete');
+    await row.getByRole('button', { name: /^Delete/ }).click();
+    await page.getByText('Nothing here yet.').waitFor();
+
+    expect(await page.evaluate("sessionStorage.getItem('igs.apiKey')")).toBe(key);
+    expect(page.url()).not.toContain(key);
+    expect(errors).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it('says in words why a request was refused, and when to retry after a 429', async () => {
+    const limited = await startService({ ...env.serviceEnv, ROLE: 'api', LIMIT_CREATIONS_PER_MINUTE: '1' });
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${limited.baseUrl}/playground/`);
+      await page.getByLabel('API key').fill('igs_wrong_key');
+      await page.getByRole('button', { name: 'Use key' }).click();
+      await page.getByRole('alert').getByText('The API key was not accepted').waitFor();
+
+      await page.getByLabel('API key').fill(await createUserWithKey(env.databaseUrl));
+      await page.getByRole('button', { name: 'Use key' }).click();
+      await page.getByLabel('Image enhance').check();
+      await page.getByLabel('image', { exact: true }).setInputFiles('docs/examples/default/input-image.jpg');
+      await page.getByRole('button', { name: 'Generate' }).click();
+      await page.getByText('Working on it').waitFor();
+      await page.getByRole('button', { name: 'Generate' }).click();
+
+      await page
+        .getByRole('alert')
+        .getByText(/Try again in \d+ seconds\./)
+        .waitFor();
+    } finally {
+      await page.close();
+      await limited.stop();
+    }
+  }, 60_000);
+
+  it('the playground on the mock: the tools render and a result image renders', async () => {
+    const page = await browser.newPage();
+    const errors = watchForErrors(page);
+    await page.goto(`${mock.baseUrl}/playground/`);
+
+    await page.getByLabel('API key').fill('any-key');
+    await page.getByRole('button', { name: 'Use key' }).click();
+    await page.getByLabel('Virtual try-on').check();
+    expect(await page.getByRole('radio').count()).toBe(7);
+    await page.getByLabel('clothes').setInputFiles('docs/examples/fashion_swap/input-clothes.jpg');
+    await page.getByLabel('person').setInputFiles('docs/examples/fashion_swap/input-person.jpg');
+    await page.getByRole('button', { name: 'Generate' }).click();
+
+    await page.getByText('Done.').waitFor({ timeout: 30_000 });
+    await resultRendered(page);
+    expect(await accessibilityProblems(page)).toEqual([]);
+    expect(errors).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it("Swagger UI's Try it out answers 200 on a port other than 3000", async () => {
+    expect(new URL(service.baseUrl).port).not.toBe('3000');
+    const page = await browser.newPage();
+    await page.goto(`${service.baseUrl}/docs`);
+
+    await page.getByRole('button', { name: 'Authorize' }).first().click();
+    await page.locator('.modal-ux input').first().fill(key);
+    await page.locator('.modal-ux button.authorize').click();
+    await page.locator('.modal-ux button.btn-done').click();
+    const operation = page.locator('#operations-Generation-listTools');
+    await operation.locator('.opblock-summary').click();
+    await operation.getByRole('button', { name: 'Try it out' }).click();
+    await operation.getByRole('button', { name: 'Execute' }).click();
+
+    const status = operation.locator('.live-responses-table tbody .response-col_status').first();
+    await status.waitFor();
+    expect((await status.textContent())?.trim()).toBe('200');
+    await page.close();
+  }, 60_000);
+});
