@@ -87,6 +87,10 @@ async function useKey(key: string): Promise<void> {
 }
 
 function renderTools(): void {
+  // For measurements (npm run bench -- frontend, or a real-user monitor): when a person first sees the tools.
+  if (performance.getEntriesByName('igs:tools-shown').length === 0) {
+    requestAnimationFrame(() => performance.mark('igs:tools-shown'));
+  }
   const groups = new Map<string, Tool[]>();
   for (const tool of tools) groups.set(tool.group_tool, [...(groups.get(tool.group_tool) ?? []), tool]);
   $('tools').replaceChildren(
