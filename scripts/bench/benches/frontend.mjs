@@ -56,7 +56,7 @@ export async function run() {
     const htmlArrived = [];
     for (let i = 0; i < RENDERS; i++) {
       const context = await browser.newContext();
-      await context.addInitScript((saved) => sessionStorage.setItem('igs.apiKey', saved), key);
+      await context.addInitScript(`sessionStorage.setItem('igs.apiKey', ${JSON.stringify(key)});`);
       const page = await context.newPage();
       await page.goto(`${service.baseUrl}/playground/`);
       // The page marks the frame that first shows the tools.
