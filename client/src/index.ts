@@ -97,12 +97,12 @@ export class Client {
 
   /** The tools, in catalogue order. */
   async tools(): Promise<Tool[]> {
-    return expect(await this.send(() => this.http.GET('/generation/tools')));
+    return dataOf(await this.send(() => this.http.GET('/generation/tools')));
   }
 
   /** A tool's generation types, the default first, each with the inputs it needs. */
   async generationTypes(tool: string): Promise<GenerationType[]> {
-    return expect(await this.send(() => this.http.GET('/generation/generationTypes', { params: { query: { tool } } })));
+    return dataOf(await this.send(() => this.http.GET('/generation/generationTypes', { params: { query: { tool } } })));
   }
 
   /**
@@ -121,7 +121,7 @@ export class Client {
     const headers: Record<string, string> = {};
     if (options.idempotencyKey !== undefined) headers['Idempotency-Key'] = options.idempotencyKey;
     if (options.wait !== undefined) headers.Prefer = `wait=${options.wait}`;
-    return expect(
+    return dataOf(
       await this.send(() =>
         this.http.POST('/generation/generate_image_v2/', {
           // The contract types binary parts as strings; the form itself is sent, and fetch writes the multipart
@@ -138,7 +138,7 @@ export class Client {
   /** One item; with `wait` (seconds), answered as soon as it is final or when the wait is over. */
   async item(id: string, options: { wait?: number; signal?: AbortSignal } = {}): Promise<HistoryItem> {
     const headers: Record<string, string> = options.wait ? { Prefer: `wait=${options.wait}` } : {};
-    return expect(
+    return dataOf(
       await this.send(() =>
         this.http.GET('/user/generation-history/{id}', {
           params: { path: { id } },
@@ -174,7 +174,7 @@ export class Client {
           signal,
         }),
       );
-      const item = expect(response);
+      const item = dataOf(response);
       onUpdate?.(item);
       if (FINAL.includes(item.status)) return item;
       if (!response.response.headers.has('Preference-Applied')) {
@@ -185,7 +185,7 @@ export class Client {
 
   /** One page of the caller's history, newest first. */
   async history(filters: HistoryFilters = {}): Promise<HistoryPage> {
-    return expect(await this.send(() => this.http.GET('/user/generation-history', { params: { query: filters } })));
+    return dataOf(await this.send(() => this.http.GET('/user/generation-history', { params: { query: filters } })));
   }
 
   /** Every item of the caller's history matching the filters, newest first, fetched a page at a time. */
@@ -199,7 +199,7 @@ export class Client {
 
   /** Sets (`true` / `false`) or clears (`null`) the feedback on a complete item. */
   async like(id: string, like: boolean | null): Promise<HistoryItem> {
-    return expect(
+    return dataOf(
       await this.send(() =>
         this.http.PATCH('/user/generation-history/feedback/{id}', { params: { path: { id } }, body: { like } }),
       ),
@@ -213,7 +213,7 @@ export class Client {
 
   /** Ends a pending job as `error` / `canceled`; a job already final is a `not_pending` ServiceError (409). */
   async cancel(id: string): Promise<HistoryItem> {
-    return expect(
+    return dataOf(
       await this.send(() => this.http.POST('/user/generation-history/{id}/cancel', { params: { path: { id } } })),
     );
   }
@@ -273,7 +273,8 @@ export class Client {
   }
 }
 
-function expect<T>(result: { data?: T }): T {
+/** The body of a successful answer (`send` has thrown for any other). */
+function dataOf<T>(result: { data?: T }): T {
   return result.data as T;
 }
 

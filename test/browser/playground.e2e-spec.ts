@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import type { Browser, Page } from 'playwright-core';
-import { launchBrowser } from '../support/browser.js';
+import { launchBrowser } from '../support/chromium.mjs';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { type RunningMock, startMock } from '../support/mock.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';

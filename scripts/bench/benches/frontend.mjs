@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { gzipSync } from 'node:zlib';
-import { chromium } from 'playwright-core';
+import { launchBrowser } from '../../../test/support/chromium.mjs';
 import { DIST, ROOT, createBenchEnv, createUserWithKey, fmtMs, log, percentile, record } from '../lib.mjs';
 
 const RENDERS = 15;
@@ -35,19 +35,7 @@ export async function run() {
   );
 
   const env = await createBenchEnv('frontend');
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  const browser = await launchBrowser();
   try {
     const service = await env.startService();
     const { key } = await createUserWithKey(env.databaseUrl);
