@@ -712,11 +712,17 @@ on('before', `${MEDIA} > 404 > application/problem+json`, (t) => {
 });
 expectProblemCode(`${MEDIA} > 404 > application/problem+json`, 'not_found');
 
-// Contract endpoints: the very document this run reads.
+// Contract endpoints: the very document this run reads, naming as its server the service as Dredd reached it.
+const servedOrigin = (t) => `${t.protocol}//${t.host}:${t.port}`;
 on('beforeValidation', '/openapi.json > This contract as JSON > 200 > application/json', (t) => {
-  if (JSON.stringify(realJson(t)) !== JSON.stringify(contract))
-    throw new Error('/openapi.json is not openapi/openapi.yaml');
+  const expected = { ...contract, servers: [{ url: servedOrigin(t), description: 'This service' }] };
+  if (JSON.stringify(realJson(t)) !== JSON.stringify(expected))
+    throw new Error('/openapi.json is not openapi/openapi.yaml with this service as its server');
 });
 on('beforeValidation', '/openapi.yaml > This contract as YAML > 200 > application/yaml', (t) => {
-  t.expected.body = readFileSync(CONTRACT_FILE, 'utf8'); // exact text comparison by Dredd
+  // Exact text comparison by Dredd: the file byte for byte, but for its servers block.
+  t.expected.body = readFileSync(CONTRACT_FILE, 'utf8').replace(
+    /^servers:\n(?:[ -].*\n)+/m,
+    `servers:\n  - url: ${JSON.stringify(servedOrigin(t))}\n    description: This service\n`,
+  );
 });
