@@ -19,7 +19,6 @@ export interface BodyLandmarks {
   centreX: number;
   /** Top of the shoulders (where a collar sits). */
   shoulderY: number;
-  chestY: number;
   /** Where a waistband sits. */
   waistY: number;
   /** Crotch (where the legs part). */
@@ -128,7 +127,6 @@ function landmarks({ keypoints: k, mask }: PersonAnalysis): BodyLandmarks {
     height,
     centreX,
     shoulderY: shoulders.y - 0.035 * height,
-    chestY: shoulders.y + 0.3 * torso,
     waistY: hipJointY - 0.25 * torso,
     hipY: hipJointY + 0.1 * (kneeY - hipJointY),
     kneeY,
