@@ -3,11 +3,9 @@
 // The flags keep Chromium off the network it would otherwise call at start (refused on a closed network).
 import { chromium } from 'playwright-core';
 
-export const CHROMIUM = '/usr/bin/chromium';
-
 export function launchBrowser() {
   return chromium.launch({
-    executablePath: CHROMIUM,
+    executablePath: '/usr/bin/chromium',
     headless: true,
     args: [
       '--no-sandbox',

@@ -14,7 +14,7 @@ import { type Plane, type RawImage, fromRaw, toPlane, toRawImage } from './raw-i
 const { max, round } = Math;
 
 /** MoveNet's keypoints, in its output order. */
-export const KEYPOINT_NAMES = [
+const KEYPOINT_NAMES = [
   'nose',
   'leftEye',
   'rightEye',

@@ -4,7 +4,7 @@ import { PermanentEngineError } from '../engine.js';
 import { LocalEngine } from './local.engine.js';
 
 /** A real photo from the test fixtures (see test/fixtures/photos/README.md for their licences). */
-const photo = (file: string) => readFile(`test/fixtures/photos/${file.includes('.') ? file : `${file}.png`}`);
+const photo = (file: string) => readFile(`test/fixtures/photos/${file}`);
 const example = (path: string) => readFile(`docs/examples/${path}`);
 
 const failureOf = (promise: Promise<unknown>): Promise<unknown> =>
@@ -22,17 +22,17 @@ describe('the local engine on real photos with busy backgrounds', () => {
   const sut = new LocalEngine();
 
   it.each([
-    ['fashion_card', 'product_card', async () => ({ clothes: await photo('chelsea') }), 'clothes'],
+    ['fashion_card', 'product_card', async () => ({ clothes: await photo('chelsea.png') }), 'clothes'],
     [
       'furniture',
       'furniture_placement',
-      async () => ({ room: await example('furniture/input-room.jpg'), furniture: await photo('coffee') }),
+      async () => ({ room: await example('furniture/input-room.jpg'), furniture: await photo('coffee.png') }),
       'furniture',
     ],
     [
       'fabric',
       'fabric_retexture',
-      async () => ({ fabric: await example('fabric/input-fabric.jpg'), target: await photo('chelsea') }),
+      async () => ({ fabric: await example('fabric/input-fabric.jpg'), target: await photo('chelsea.png') }),
       'target',
     ],
   ] as const)(
@@ -114,7 +114,7 @@ describe('the local engine on a real portrait', () => {
     30_000,
   );
 
-  it.each(['chelsea', 'coffee'])(
+  it.each(['chelsea.png', 'coffee.png'])(
     'a photo with no person in it (%s) is no_person_found',
     async (file) => {
       const failure = await failureOf(
