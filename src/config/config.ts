@@ -1,5 +1,7 @@
 import { resolve } from 'node:path';
-import { TOOL_IDS } from '../catalog/catalog.js';
+import { CATALOG } from '../catalog/catalog.js';
+import type { CogRoute, CogServerSetting, EngineRouting } from './engine-settings.js';
+import { readEnginesFile } from './engines-file.js';
 
 /** The Standard Webhooks retry schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h after the attempt before. */
 const STANDARD_WEBHOOK_RETRY_DELAYS_MS = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
@@ -8,8 +10,8 @@ const STANDARD_WEBHOOK_RETRY_DELAYS_MS = [5_000, 300_000, 1_800_000, 7_200_000, 
 export type Role = 'api' | 'worker' | 'all' | 'migrate';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
-/** `local` runs the built-in sharp pipeline; `cog:<url>` sends the job to a Cog prediction server. */
-export type EngineSetting = { kind: 'local' } | { kind: 'cog'; url: string };
+/** `ENGINE_<TOOL>`: `local` runs the built-in pipeline; `cog:<url>` sends the job to a Cog server. */
+type EngineShortcut = { kind: 'local' } | { kind: 'cog'; url: string };
 
 /**
  * Where media and inputs live: folders under MEDIA_ROOT and INPUT_ROOT, or one S3 bucket. Without keys the
@@ -95,7 +97,8 @@ export class AppConfig {
   readonly corsOrigins: readonly string[];
   /** A connection with no traffic for this long is closed, so stalled uploads cannot hold sockets and temp files. */
   readonly httpIdleTimeoutMs: number;
-  readonly engines: Readonly<Record<string, EngineSetting>>;
+  /** The model servers and the routes to them: the routing file (ENGINES_FILE) and `ENGINE_<TOOL>` shortcuts. */
+  readonly engineRouting: EngineRouting;
 
   constructor(env: NodeJS.ProcessEnv) {
     const read = new EnvReader(env);
@@ -155,7 +158,8 @@ export class AppConfig {
     this.trustProxyHops = read.int('TRUST_PROXY', 0, 0, 10);
     this.corsOrigins = read.origins('CORS_ORIGINS');
     this.httpIdleTimeoutMs = read.int('HTTP_IDLE_TIMEOUT_MS', 60_000, 1000, 3_600_000);
-    this.engines = Object.fromEntries(TOOL_IDS.map((tool) => [tool, read.engine(`ENGINE_${tool.toUpperCase()}`)]));
+    this.engineRouting = read.engineRouting(this.engineTimeoutMs);
+    read.checkDeadline(this.engineRouting, this.jobDeadlineMs);
     read.throwIfInvalid();
   }
 
@@ -270,7 +274,68 @@ class EnvReader {
     return numbers;
   }
 
-  engine(name: string): EngineSetting {
+  /** The routing file's servers and routes, plus a server and a route for each `ENGINE_<TOOL>=cog:<url>`. */
+  engineRouting(shortcutTimeoutMs: number): EngineRouting {
+    const path = this.raw('ENGINES_FILE');
+    const routing = {
+      servers: [] as EngineRouting['servers'][number][],
+      routes: [] as EngineRouting['routes'][number][],
+    };
+    if (path !== undefined) {
+      const { file, problems } = readEnginesFile(path, this.env);
+      this.problems.push(...problems);
+      routing.servers.push(...file.servers);
+      routing.routes.push(...file.routes);
+    }
+    for (const tool of CATALOG) {
+      const name = `ENGINE_${tool.id.toUpperCase()}`;
+      const shortcut = this.engine(name);
+      if (shortcut.kind === 'local') continue;
+      if (routing.routes.some((route) => route.tool === tool.id)) {
+        this.problems.push(`${name} and ENGINES_FILE both route the tool "${tool.id}": keep one`);
+        continue;
+      }
+      // A Cog server serves one model and runs one prediction at a time, whichever tools are sent to it.
+      const serverName = `cog:${shortcut.url}`;
+      if (!routing.servers.some((server) => server.name === serverName)) {
+        const server: CogServerSetting = {
+          name: serverName,
+          kind: 'cog',
+          url: shortcut.url,
+          concurrency: 1,
+          timeoutMs: shortcutTimeoutMs,
+          headers: {},
+        };
+        routing.servers.push(server);
+      }
+      const route: CogRoute = {
+        key: tool.id,
+        tool: tool.id,
+        generationType: undefined,
+        engine: serverName,
+        describe: {},
+        kind: 'cog',
+        inputs: Object.fromEntries(tool.inputs.map((input) => [input.name, input.name])),
+        params: {},
+        passGenerationType: true,
+      };
+      routing.routes.push(route);
+    }
+    return routing;
+  }
+
+  /** A job may run as long as its engine's timeout allows before the reconciler ends it `timeout`. */
+  checkDeadline(routing: EngineRouting, jobDeadlineMs: number): void {
+    for (const server of routing.servers) {
+      if (server.timeoutMs > jobDeadlineMs) {
+        this.problems.push(
+          `JOB_DEADLINE_MS (${jobDeadlineMs} ms) is shorter than the timeout of engine "${server.name}" (${server.timeoutMs} ms): its jobs would be ended as timeout while the model still runs; raise JOB_DEADLINE_MS`,
+        );
+      }
+    }
+  }
+
+  private engine(name: string): EngineShortcut {
     const value = this.raw(name);
     if (value === undefined || value === 'local') return { kind: 'local' };
     if (value.startsWith('cog:')) {

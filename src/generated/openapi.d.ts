@@ -198,7 +198,8 @@ export interface paths {
         /**
          * Follow one history item as an event stream
          * @description A `text/event-stream` (Server-Sent Events) of one of the caller's items. The first event is the
-         *     item as it is now; then one event each time it changes; the stream ends after the item is
+         *     item as it is now; then one event each time it changes (its status, or the `progress` of a
+         *     running job, at most twice a second); the stream ends after the item is
          *     final (`complete` or `error`) or deleted. A stream opened after the job ended gets the final
          *     item as its only event. Each event is `event: item` with `data:` the item exactly as
          *     `GET /user/generation-history/{id}` returns it; a comment line (`: keep-alive`) every 15 s
@@ -681,6 +682,15 @@ export interface components {
              * @example 2025-06-01T12:00:14.512Z
              */
             completed_at: string | null;
+            /**
+             * @description How far a `pending` job is, from 0 to 1, as its engine last reported it: it only rises while
+             *     the job runs, and the item's event streams send the item again when it moves (at most twice a
+             *     second). `null` while the engine has reported nothing (a job still queued, or an engine that
+             *     tells nothing until it is done, such as a synchronous Cog model); `1` once `complete`; `null`
+             *     once `error`.
+             * @example 0.35
+             */
+            progress: number | null;
             webhook: components["schemas"]["WebhookDelivery"];
         };
         /**
@@ -1473,10 +1483,10 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"webhook":null}
                      *
                      *     event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"webhook":null}
                      */
                     "text/event-stream": string;
                 };
@@ -1526,6 +1536,7 @@ export interface operations {
                      *       "created_at": "2025-06-01T12:00:00.000Z",
                      *       "updated_at": "2025-06-01T12:00:02.250Z",
                      *       "completed_at": "2025-06-01T12:00:02.250Z",
+                     *       "progress": null,
                      *       "webhook": null
                      *     }
                      */
@@ -1557,7 +1568,7 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"webhook":null}
                      *
                      *     event: deleted
                      *     data: {"history_item_id":"7a9e3c51-2d4f-4b6a-8e1c-0f5d2a7b9c13"}
@@ -1609,6 +1620,7 @@ export interface operations {
                      *       "created_at": "2025-06-01T12:00:00.000Z",
                      *       "updated_at": "2025-06-01T12:01:30.000Z",
                      *       "completed_at": "2025-06-01T12:00:14.512Z",
+                     *       "progress": 1,
                      *       "webhook": null
                      *     }
                      */

@@ -19,12 +19,14 @@ export class HistoryItemDto implements HistoryItemSchema {
   updated_at: string;
   completed_at: string | null;
   webhook: HistoryItemSchema['webhook'];
+  progress: number | null;
 
   /**
    * Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL, on the
-   * service itself or on whatever serves the media store (MEDIA_PUBLIC_BASE_URL).
+   * service itself or on whatever serves the media store (MEDIA_PUBLIC_BASE_URL). `progress` is what the running job
+   * last reported (`JobProgress`), if anything: 1 once complete, null once failed.
    */
-  static from(item: HistoryItemRow, mediaBaseUrl: string): HistoryItemDto {
+  static from(item: HistoryItemRow, mediaBaseUrl: string, progress?: number): HistoryItemDto {
     const complete = item.status === 'complete';
     const stock = mediaPath(item.id, 'stock');
     return {
@@ -40,6 +42,7 @@ export class HistoryItemDto implements HistoryItemSchema {
       created_at: item.createdAt.toISOString(),
       updated_at: item.updatedAt.toISOString(),
       completed_at: item.completedAt?.toISOString() ?? null,
+      progress: complete ? 1 : item.status === 'pending' ? (progress ?? null) : null,
       webhook: item.webhookUrl
         ? {
             url: item.webhookUrl,

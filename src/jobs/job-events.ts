@@ -20,8 +20,19 @@ export interface JobEvent {
 /** How long a first watch may wait for the fan-out's Redis connection before the request is answered 503. */
 const LISTEN_TIMEOUT_MS = 2000;
 
-/** What a watcher is told: a change, or `resync` after the fan-out was cut off and changes may have been missed. */
-export type WatchedEvent = JobEvent | { kind: 'resync' };
+/** A running job's progress moved (0 to 1). Only watchers hear it: nothing must happen once per progress tick. */
+export interface ProgressEvent {
+  kind: 'progress';
+  historyItemId: string;
+  userId: string;
+  progress: number;
+}
+
+/**
+ * What a watcher is told: a change, a running job's progress, or `resync` after the fan-out was cut off and changes
+ * may have been missed.
+ */
+export type WatchedEvent = JobEvent | ProgressEvent | { kind: 'resync' };
 
 /** Whose changes a watcher follows: one item's, or all of one user's. */
 export type WatchScope = { historyItemId: string } | { userId: string };
@@ -95,6 +106,11 @@ export class JobEvents implements OnApplicationShutdown {
     });
   }
 
+  /** Fanned out to watchers in every process, as changes are; lost while Redis is down (the next one follows). */
+  announceProgress(event: Omit<ProgressEvent, 'kind'>): Promise<unknown> {
+    return this.redis.publish(this.channel, JSON.stringify({ kind: 'progress', ...event }));
+  }
+
   async onApplicationShutdown(): Promise<void> {
     await this.subscriber?.quit().catch(() => this.subscriber?.disconnect());
   }
@@ -124,7 +140,9 @@ export class JobEvents implements OnApplicationShutdown {
     const subscriber = this.redis.duplicate({ keyPrefix: '', maxRetriesPerRequest: null, enableOfflineQueue: true });
     this.subscriber = subscriber;
     subscriber.on('error', () => {});
-    subscriber.on('message', (_channel: string, message: string) => this.dispatch(JSON.parse(message) as JobEvent));
+    subscriber.on('message', (_channel: string, message: string) =>
+      this.dispatch(JSON.parse(message) as JobEvent | ProgressEvent),
+    );
     let connectedBefore = false;
     subscriber.on('ready', () => {
       if (connectedBefore) this.dispatchToAll({ kind: 'resync' });
@@ -133,7 +151,7 @@ export class JobEvents implements OnApplicationShutdown {
     await subscriber.subscribe(this.channel);
   }
 
-  private dispatch(event: JobEvent): void {
+  private dispatch(event: JobEvent | ProgressEvent): void {
     for (const listener of [...(this.byItem.get(event.historyItemId) ?? [])]) listener(event);
     for (const listener of [...(this.byUser.get(event.userId) ?? [])]) listener(event);
   }

@@ -6,6 +6,7 @@ import { HistoryItem } from './history-item.entity.js';
 import { HistoryRepository } from './history.repository.js';
 import { JobEvents } from './job-events.js';
 import { JobLifecycle } from './job-lifecycle.js';
+import { JobProgress } from './job-progress.js';
 import { JobWaits } from './job-waits.js';
 
 export const JOB_ENTITIES = [HistoryItem, HistoryCount];
@@ -13,7 +14,7 @@ export const JOB_ENTITIES = [HistoryItem, HistoryCount];
 /** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
 @Module({
   imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule],
-  providers: [HistoryRepository, JobLifecycle, JobEvents, JobWaits],
-  exports: [HistoryRepository, JobLifecycle, JobEvents, JobWaits, QueueModule],
+  providers: [HistoryRepository, JobLifecycle, JobEvents, JobProgress, JobWaits],
+  exports: [HistoryRepository, JobLifecycle, JobEvents, JobProgress, JobWaits, QueueModule],
 })
 export class JobsModule {}

@@ -1,6 +1,5 @@
 import { Injectable } from '@nestjs/common';
 import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
-import type { EngineSetting } from '../config/config.js';
 import type { components } from '../generated/openapi.js';
 
 /** How a job ended for good: `complete`, or the error code its item records. */
@@ -100,7 +99,7 @@ export class Metrics {
   }
 
   /** Times one engine call, whether it succeeds or throws. */
-  async timeEngine<T>(tool: string, engine: EngineSetting['kind'], call: () => Promise<T>): Promise<T> {
+  async timeEngine<T>(tool: string, engine: string, call: () => Promise<T>): Promise<T> {
     const end = this.engineDuration.startTimer({ tool, engine });
     try {
       return await call();

@@ -9,13 +9,14 @@ import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobEvents } from '../jobs/job-events.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
+import { JobProgress } from '../jobs/job-progress.js';
 import { INPUT_STORE, MEDIA_STORE, outputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
 import { type Delivery, JobQueue } from '../queue/job-queue.js';
-import { EngineTimeoutError, PermanentEngineError } from './engines/engine.js';
-import { EngineRegistry } from './engines/engine-registry.js';
-import { renderOutputs } from './renderer.js';
+import { EngineRegistry, EngineTimeoutError, PermanentEngineError, renderOutputs } from '../engines/index.js';
+import { EngineRuns } from './engine-runs.js';
+import { EngineSlots } from './engine-slots.js';
 
 /**
  * Runs generation jobs. The queue delivers a job at least once, so every step is safe to repeat: outputs go to fixed
@@ -35,12 +36,17 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
     private readonly engines: EngineRegistry,
+    private readonly slots: EngineSlots,
+    private readonly runs: EngineRuns,
+    private readonly progress: JobProgress,
     private readonly config: AppConfig,
     private readonly metrics: Metrics,
   ) {}
 
   onApplicationBootstrap(): void {
-    this.queue.process(this.config.workerConcurrency, (delivery) => this.run(delivery));
+    // Local jobs run on WORKER_CONCURRENCY threads; a remote engine's jobs take no CPU while the model runs, so the
+    // worker also takes as many of those at once as the remote engines have slots, and keeps every GPU busy.
+    this.queue.process(this.config.workerConcurrency + this.engines.remoteSlots(), (delivery) => this.run(delivery));
     // Jobs that failed without reaching the processor's own bookkeeping (stalled too often) end here.
     this.queue.onFinalFailure((id, error) => {
       this.logger.warn({ id, err: error.message }, 'job failed');
@@ -67,25 +73,46 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     if (item?.status !== 'pending') return this.lifecycle.removeLeftovers(id, item);
     // A later attempt's wait includes its backoff, which says nothing about the queue.
     if (delivery.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - delivery.queuedAt) / 1000);
+    const route = this.engines.route(item.tool, item.generationType);
     const endAttempt = this.metrics.startAttempt(item.tool);
-    const deadline = AbortSignal.timeout(this.config.engineTimeoutMs);
     // Canceled, deleted or timed out meanwhile (by an API request or the reconciler, in any process): the engine
-    // stops early, since its result would be thrown away.
+    // stops early, since its result would be thrown away, and tells its model server to stop.
     const endedElsewhere = new AbortController();
     const unwatch = await this.events.watch({ historyItemId: id }, (event) => {
-      if (event.kind !== 'created' && event.kind !== 'resync') endedElsewhere.abort(new Error(`item ${event.kind}`));
+      if (event.kind === 'completed' || event.kind === 'failed' || event.kind === 'deleted') {
+        endedElsewhere.abort(new Error(`item ${event.kind}`));
+      }
     });
+    const stopped = AbortSignal.any([this.shutdown.signal, endedElsewhere.signal]);
+    const progress = this.progress.start({ id, userId: item.userId });
+    let deadline: AbortSignal | undefined;
+    let releaseSlot: (() => Promise<void>) | undefined;
 
     try {
       const images: Record<string, Buffer> = {};
       for (const [name, input] of Object.entries(item.inputs)) images[name] = await this.inputs.get(input.key);
-      const signal = AbortSignal.any([this.shutdown.signal, deadline, endedElsewhere.signal]);
+      // A job waiting for its engine's slot stays pending; the engine's timeout starts once it has one.
+      if (route.concurrency !== undefined) {
+        releaseSlot = await this.slots.acquire(route.engineName, route.concurrency, id, stopped);
+      }
+      deadline = AbortSignal.timeout(route.timeoutMs);
+      const signal = AbortSignal.any([stopped, deadline]);
       const started = performance.now();
-      const result = await this.metrics.timeEngine(item.tool, this.config.engines[item.tool].kind, () =>
-        this.engines
-          .for(item.tool)
-          .generate({ tool: item.tool, generationType: item.generationType, images, texts: item.texts, signal }),
+      const result = await this.metrics.timeEngine(item.tool, route.kind, () =>
+        route.engine.generate({
+          jobId: id,
+          tool: item.tool,
+          generationType: item.generationType,
+          images,
+          texts: item.texts,
+          signal,
+          onProgress: progress.report,
+          runs: this.runs.for(id),
+        }),
       );
+      await releaseSlot?.();
+      releaseSlot = undefined;
+      progress.end();
       const outputs = await renderOutputs(result, this.config.imageMaxPixels);
       const completed = await this.lifecycle.complete(id, async () => {
         await Promise.all([
@@ -95,7 +122,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       });
       const ms = Math.round(performance.now() - started);
       endAttempt(completed ? 'complete' : 'dropped');
-      if (completed) this.logger.log({ id, tool: item.tool, ms }, 'job complete');
+      if (completed) this.logger.log({ id, tool: item.tool, engine: route.engineName, ms }, 'job complete');
       else this.logger.log({ id, tool: item.tool, ms }, 'result dropped: the item was deleted or ended meanwhile');
     } catch (error) {
       if (endedElsewhere.signal.aborted) {
@@ -104,9 +131,11 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         return;
       }
       endAttempt('failed');
-      await this.fail(delivery, error, deadline.aborted);
+      await this.fail(delivery, error, deadline?.aborted ?? false);
     } finally {
+      progress.end();
       unwatch();
+      await releaseSlot?.();
     }
   }
 
@@ -117,7 +146,8 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     if (this.shutdown.signal.aborted) throw error;
     if (error instanceof PermanentEngineError) {
       this.logger.warn({ id, code: error.code, err: message }, 'job failed permanently');
-      // The engine's own message (its URL, its answer) stays in the log above; the client reads plain words.
+      // The engine's own message (its URL, its answer) stays in the log above; the client reads plain words, or the
+      // model's own message when the engine passed it on.
       await this.lifecycle.fail(id, error.code, clientMessageOf(error));
       await delivery.discard();
       throw error;
@@ -141,7 +171,7 @@ function clientMessageOf(error: PermanentEngineError): string {
     case 'invalid_image':
       return 'An input image could not be decoded.';
     case 'engine_failed':
-      return 'The engine could not process the job.';
+      return error.clientMessage ?? 'The engine could not process the job.';
     default:
       return error.message;
   }

@@ -1,7 +1,7 @@
 /** Pixel comparisons for the engines' tests: what changed where between an input and an output. */
 import sharp from 'sharp';
 
-import type { EngineImage } from '../../src/worker/engines/engine.js';
+import type { EngineImage } from '../../src/engines/index.js';
 
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
 const { abs } = Math;

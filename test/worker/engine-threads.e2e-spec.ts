@@ -4,8 +4,8 @@
  */
 import { createHash } from 'node:crypto';
 import sharp from 'sharp';
-import type { Engine, EngineImage, EngineRequest } from '../../src/worker/engines/engine.js';
-import type { RenderedOutputs } from '../../src/worker/engines/engine.js';
+import type { Engine, EngineImage, EngineRequest } from '../../src/engines/index.js';
+import type { RenderedOutputs } from '../../src/engines/index.js';
 
 interface LocalEngines {
   LocalEngine: new (options?: { limitInputPixels?: number }) => Engine;
@@ -49,9 +49,9 @@ const largeClothes = () =>
     .toBuffer();
 
 beforeAll(async () => {
-  engines = (await dist('worker/engines/local/index.js')) as LocalEngines;
-  errors = (await dist('worker/engines/engine.js')) as EngineErrors;
-  renderer = (await dist('worker/renderer.js')) as Renderer;
+  engines = (await dist('engines/index.js')) as LocalEngines;
+  errors = (await dist('engines/index.js')) as EngineErrors;
+  renderer = (await dist('engines/index.js')) as Renderer;
   clothes = await sharp({ create: { width: 400, height: 500, channels: 3, background: '#f4f4f4' } })
     .composite([
       {

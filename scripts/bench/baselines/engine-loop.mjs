@@ -14,8 +14,8 @@ const CONCURRENCY = Number(process.env.CONCURRENCY);
 const SIDE = Number(process.env.SIDE);
 
 const [clothes, person] = await Promise.all([makePhoto('clothes', SIDE, SIDE), makePhoto('person', SIDE, SIDE)]);
-const { LocalEngine } = await fromDist('worker/engines/local/index.js');
-const { renderOutputs } = await fromDist('worker/renderer.js');
+const { LocalEngine } = await fromDist('engines/index.js');
+const { renderOutputs } = await fromDist('engines/index.js');
 const engine = new LocalEngine({ limitInputPixels: 40_000_000 });
 
 async function run(count) {

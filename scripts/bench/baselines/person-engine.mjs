@@ -31,7 +31,7 @@ const request = {
 };
 
 const loadMs = await new Promise((resolve, reject) => {
-  const model = pathToFileURL(join(DIST, 'worker/engines/local/person-model.js')).href;
+  const model = pathToFileURL(join(DIST, 'engines/index.js')).href;
   const thread = new Worker(
     `const started = performance.now();
      import(${JSON.stringify(model)})
@@ -43,9 +43,9 @@ const loadMs = await new Promise((resolve, reject) => {
   thread.once('error', reject);
 });
 
-const { ThreadedLocalEngine, LocalEngine } = await fromDist('worker/engines/local/index.js');
-const { analysePerson } = await fromDist('worker/engines/local/person-model.js');
-const { decodeImage } = await fromDist('worker/engines/local/raw-image.js');
+const { ThreadedLocalEngine, LocalEngine } = await fromDist('engines/index.js');
+const { analysePerson } = await fromDist('engines/index.js');
+const { decodeImage } = await fromDist('engines/index.js');
 
 globalThis.gc();
 const rssBefore = process.memoryUsage().rss;

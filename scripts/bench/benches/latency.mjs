@@ -118,8 +118,8 @@ export async function run() {
 }
 
 async function inProcessEngineMs(clothes) {
-  const { LocalEngine } = await fromDist('worker/engines/local/index.js');
-  const { renderOutputs } = await fromDist('worker/renderer.js');
+  const { LocalEngine } = await fromDist('engines/index.js');
+  const { renderOutputs } = await fromDist('engines/index.js');
   const engine = new LocalEngine({ limitInputPixels: 40_000_000 });
   const times = [];
   for (let i = 0; i < 12; i++) {

@@ -4,7 +4,7 @@
  * its error.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { renderOutputs } from '../../renderer.js';
+import { renderOutputs } from '../renderer.js';
 import {
   type JobMessage,
   type ThreadMessage,

@@ -1,5 +1,5 @@
 import sharp from 'sharp';
-import { IMAGE_MIME_TYPES, imageFormatOf } from '../../../common/image-format.js';
+import { IMAGE_MIME_TYPES, imageFormatOf } from '../../common/image-format.js';
 
 import {
   EngineTimeoutError,

@@ -50,7 +50,7 @@ export interface PersonAnalysis {
 
 const POSE_SIZE = 192;
 const MASK_SIZE = 256;
-const MODELS_DIR = new URL('../../../../models/', import.meta.url);
+const MODELS_DIR = new URL('../../../models/', import.meta.url);
 
 interface PersonModels {
   pose: GraphModel;

@@ -1,5 +1,5 @@
 import sharp from 'sharp';
-import { type EngineImage, PermanentEngineError, type RenderedOutputs } from './engines/engine.js';
+import { type EngineImage, PermanentEngineError, type RenderedOutputs } from './engine.js';
 
 /** The preview's long side. */
 export const PREVIEW_MAX_SIDE = 512;

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { decode, meanDiff, raw } from '../../../../test/support/pixels.js';
+import { decode, meanDiff, raw } from '../../../test/support/pixels.js';
 import { PermanentEngineError } from '../engine.js';
 import { LocalEngine } from './local.engine.js';
 

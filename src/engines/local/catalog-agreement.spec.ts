@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { CATALOG } from '../../../catalog/catalog.js';
+import { CATALOG } from '../../catalog/catalog.js';
 import { LOCAL_PIPELINES, LocalEngine } from './local.engine.js';
 
 /**

@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import sharp from 'sharp';
 
 import { type EngineRequest, PermanentEngineError } from '../engine.js';
-import { type Raw, type Region, decode, meanColour, meanDiff, raw } from '../../../../test/support/pixels.js';
+import { type Raw, type Region, decode, meanColour, meanDiff, raw } from '../../../test/support/pixels.js';
 import { LocalEngine } from './local.engine.js';
 
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.

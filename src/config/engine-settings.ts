@@ -1,0 +1,111 @@
+/**
+ * The routing file's settings as the engines receive them (see docs/engines.md and ENGINES_FILE): model servers by
+ * name, and routes from a tool, or one generation type of a tool, to one of them. Parsed and checked once at boot by
+ * `engines-file.ts`; engines import only these types.
+ */
+
+interface ServerBase {
+  /** The operator's name for the server: the routing file's key under `engines`. */
+  name: string;
+  /** Jobs in flight on this server at once, across all worker processes. */
+  concurrency: number;
+  /** One job's limit on this server; past it the job ends `timeout`. */
+  timeoutMs: number;
+  /** Sent with every request to the server, `${VAR}`s already read from the environment. */
+  headers: Readonly<Record<string, string>>;
+}
+
+export interface CogServerSetting extends ServerBase {
+  kind: 'cog';
+  /** Base URL of the Cog HTTP server, without a trailing slash. */
+  url: string;
+}
+
+export interface ReplicateServerSetting extends ServerBase {
+  kind: 'replicate';
+  token: string;
+  /** Base URL of Replicate's HTTP API (`https://api.replicate.com/v1` unless set), without a trailing slash. */
+  baseUrl: string;
+}
+
+export interface ComfyServerSetting extends ServerBase {
+  kind: 'comfyui';
+  /** Base URL of the ComfyUI server, without a trailing slash. */
+  url: string;
+}
+
+export type EngineServerSetting = CogServerSetting | ReplicateServerSetting | ComfyServerSetting;
+export type RemoteEngineKind = EngineServerSetting['kind'];
+
+interface RouteBase {
+  /** As written in the file: `tool` or `tool/generation_type`. */
+  key: string;
+  tool: string;
+  /** Unset: every generation type of the tool without a route of its own. */
+  generationType: string | undefined;
+  /** The server's name under `engines`. */
+  engine: string;
+  /** What clients are told each input needs, by the tool's input name (replacing the local engine's texts). */
+  describe: Readonly<Record<string, string>>;
+}
+
+/** A tool's input name -> the model's input name. Inputs the tool has but the route does not map are not sent. */
+export type InputNames = Readonly<Record<string, string>>;
+
+export interface CogRoute extends RouteBase {
+  kind: 'cog';
+  inputs: InputNames;
+  /** Fixed inputs sent with every job, beside the mapped ones. */
+  params: Readonly<Record<string, unknown>>;
+  /**
+   * Send the job's generation type as the `generation_type` input: the `ENGINE_<TOOL>=cog:<url>` shortcut's
+   * contract, for a model built to take the service's own names.
+   */
+  passGenerationType: boolean;
+}
+
+export interface ReplicateRoute extends RouteBase {
+  kind: 'replicate';
+  /** `owner/name` of an official model, run at its latest version; or unset when `version` is set. */
+  model: string | undefined;
+  /** A model version id (64 hex digits); or unset when `model` is set. */
+  version: string | undefined;
+  inputs: InputNames;
+  params: Readonly<Record<string, unknown>>;
+}
+
+/** One node of a ComfyUI workflow in API format ("Export (API)"): `{"<id>": {class_type, inputs}}`. */
+export interface ComfyNode {
+  class_type: string;
+  inputs: Record<string, unknown>;
+  _meta?: { title?: string };
+}
+
+export type ComfyWorkflow = Readonly<Record<string, ComfyNode>>;
+
+/** Where a value goes in the workflow: `nodes[node].inputs[input]`. */
+export interface ComfyNodeInput {
+  node: string;
+  input: string;
+}
+
+export interface ComfyRoute extends RouteBase {
+  kind: 'comfyui';
+  /** The workflow file's path as written in the routing file (relative to it), for messages. */
+  workflowFile: string;
+  workflow: ComfyWorkflow;
+  /** A tool's input -> the node input it sets; an image input names a LoadImage node's `image`. */
+  inputs: Readonly<Record<string, ComfyNodeInput>>;
+  /** The node whose first image is the result. */
+  output: { node: string };
+  /** Set from the job id, so another attempt of the same job draws the same seed. */
+  seed: ComfyNodeInput | undefined;
+}
+
+export type RouteSetting = CogRoute | ReplicateRoute | ComfyRoute;
+
+/** Every model server and route; both empty when no routing file is set and no `ENGINE_<TOOL>` names a server. */
+export interface EngineRouting {
+  servers: readonly EngineServerSetting[];
+  routes: readonly RouteSetting[];
+}

@@ -1,0 +1,121 @@
+/**
+ * The engine port: what the worker asks of an engine, whatever runs the model (sharp on this machine, a Cog
+ * container, Replicate's API, a ComfyUI server), and the errors an engine ends a job with.
+ */
+
+/** The two files clients download, as `renderOutputs` encodes them. */
+export interface RenderedOutputs {
+  /** Full-resolution result as JPEG. */
+  stock: Buffer;
+  /** At most PREVIEW_MAX_SIDE px on the long side, as WebP. */
+  preview: Buffer;
+}
+
+/** One decoded image handed to an engine: the private input file's bytes, already validated at upload. */
+export type EngineImages = Readonly<Record<string, Buffer>>;
+
+export interface EngineRequest {
+  /**
+   * The history item's id. A remote engine names its run on the model server with it (or records the server's name
+   * for it), so that another attempt of the same job finds that run instead of starting the model a second time.
+   */
+  jobId: string;
+  tool: string;
+  generationType: string;
+  images: EngineImages;
+  /** Text inputs of the tool, e.g. `prompt` for the default tool. */
+  texts: Readonly<Record<string, string>>;
+  /** Fires when the job is canceled, deleted, past its engine's timeout, or the worker shuts down. */
+  signal?: AbortSignal;
+  /**
+   * How far the job is, from 0 to 1, whenever the engine learns it. Calls may be frequent and need not rise: the
+   * caller keeps the highest value and passes it on at its own pace.
+   */
+  onProgress?: (fraction: number) => void;
+  /** Where a remote engine keeps the id of the run it started on the model server for this job. */
+  runs?: RunRecord;
+}
+
+/**
+ * The model server's id of the run an engine started for one job, kept outside the worker process: a second attempt
+ * of the job (its worker died, or its queue lock lapsed while the model kept going) resumes that run.
+ */
+export interface RunRecord {
+  recall(): Promise<string | undefined>;
+  remember(runId: string): Promise<void>;
+  forget(): Promise<void>;
+}
+
+/**
+ * The engine's single result image. Local engines hand back raw pixels so the renderer encodes once, or, on
+ * their own threads, the two files the renderer made there; remote engines hand back the encoded file they
+ * received.
+ */
+export type EngineImage =
+  | { kind: 'raw'; data: Buffer; width: number; height: number; channels: 3 | 4 }
+  | { kind: 'encoded'; data: Buffer }
+  | { kind: 'rendered'; outputs: RenderedOutputs };
+
+export interface Engine {
+  generate(request: EngineRequest): Promise<EngineImage>;
+}
+
+/**
+ * One model server named in the routing file, as its kind's code serves it: an engine for each route to it (a
+ * route says which model, and how the tool's inputs map onto the model's), whether the server answers, and what
+ * it holds open (connections, sockets) to close on shutdown.
+ */
+export interface EngineServer<Route> {
+  engineFor(route: Route): Engine;
+  /** Resolves true when the server answers its health or status request within the signal's time. */
+  probe(signal: AbortSignal): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+/** What every engine is held to, from the service's own settings. */
+export interface EngineLimits {
+  /** Largest output image accepted, in decoded bytes. */
+  maxOutputBytes: number;
+  /** Largest image, in pixels, an engine decodes. */
+  limitInputPixels: number;
+}
+
+/**
+ * A failure that will fail again on retry: an input that does not decode, a rejected request, a model's own failure,
+ * or an input the engine cannot make a right result from (`unsupported_input`, `no_person_found`), whose message then
+ * tells the client, in plain words, what input would work.
+ */
+export class PermanentEngineError extends Error {
+  constructor(
+    readonly code: 'invalid_image' | 'engine_failed' | 'unsupported_input' | 'no_person_found',
+    message: string,
+    /**
+     * Shown to the client as `error.message` for `engine_failed`: the model's own message (trimmed), or what the
+     * operator must fix (a mapped input the model does not have). Unset, the client reads a generic sentence and the
+     * full message stays in the log.
+     */
+    readonly clientMessage?: string,
+  ) {
+    super(message);
+    this.name = 'PermanentEngineError';
+  }
+}
+
+/**
+ * A failure that may succeed on retry: timeout, server unreachable or reset, HTTP 5xx, 409 (a model server busy with
+ * another prediction), 408, 429. The worker retries it until the job's attempts run out.
+ */
+export class TransientEngineError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'TransientEngineError';
+  }
+}
+
+/** The engine did not answer in time; if the job's last attempt ends so, the job's error is `timeout`. */
+export class EngineTimeoutError extends TransientEngineError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'EngineTimeoutError';
+  }
+}

@@ -1,0 +1,11 @@
+/**
+ * The engines' one entry point for everything outside `src/engines/`: the worker, scripts and benches import from
+ * here and never from an engine's own files (`npm run lint:deps` holds them to it).
+ */
+export * from './engine.js';
+export { EngineRegistry, type ResolvedRoute } from './engine-registry.js';
+export { PREVIEW_MAX_SIDE, renderOutputs } from './renderer.js';
+export { CARD_HEIGHT, CARD_WIDTH, LocalEngine, ThreadedLocalEngine } from './local/index.js';
+/** For the person bench: the models' load and one analysis, timed apart from a whole job. */
+export { analysePerson, personModels } from './local/person-model.js';
+export { decodeImage } from './local/raw-image.js';
