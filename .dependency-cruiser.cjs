@@ -4,6 +4,7 @@
  *   main.ts, app.module.ts, cli.ts          compose everything
  *   features: auth, catalog's routes, generation, history, worker, webhooks, health, contract, the /media route
  *   jobs: history items as jobs (repository, lifecycle, events), shared by the features that create, show and run them
+ *   engines: what runs a job's model (the port, the registry, one folder per kind), on common/ and the configuration only
  *   infrastructure: config, common, database, redis, queue, media storage, metrics, generated contract types
  *
  * Imports go down, never up; features do not import one another (auth's decorators and the catalog's data are for
@@ -49,6 +50,20 @@ module.exports = {
         path: '^src/(auth|catalog|generation|history|worker|webhooks|health|contract)/',
         pathNot: ['^src/$1/', SHARED],
       },
+    },
+    {
+      name: 'engines-on-common-and-config',
+      comment: 'An engine knows the port, the shared helpers and its settings; nothing of jobs, queues or features.',
+      severity: 'error',
+      from: { path: '^src/engines/', pathNot: '\\.spec\\.ts$' },
+      to: { path: '^src/', pathNot: '^src/(engines|common|config)/|^src/catalog/catalog\\.ts$' },
+    },
+    {
+      name: 'engine-internals-private',
+      comment: 'Outside src/engines/, engines are reached through their one entry point (src/engines/index.ts).',
+      severity: 'error',
+      from: { pathNot: '^src/engines/' },
+      to: { path: '^(src|dist)/engines/', pathNot: '^(src|dist)/engines/index\\.[jt]s$' },
     },
     {
       name: 'src-not-to-test',

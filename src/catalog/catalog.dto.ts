@@ -24,16 +24,31 @@ export class GenerationTypeDto implements GenerationTypeSchema {
   is_default: boolean;
   inputs: GenerationInputSchema[];
 
-  static listFor(tool: CatalogTool): GenerationTypeDto[] {
-    const inputs = tool.inputs.map(({ name, kind, required, description }) => ({ name, kind, required, description }));
-    return tool.generationTypes.map((type, index) => ({
-      generation_type: type.id,
-      tool: tool.id,
-      title: type.title,
-      description: type.description,
-      is_default: index === 0,
-      inputs,
-    }));
+  /**
+   * The tool's generation types, each with its inputs described as the engine serving it needs them: the local
+   * engine's own descriptions, or for a type a model server serves (`remote` names its route's `describe` texts),
+   * those texts and neutral ones.
+   */
+  static listFor(
+    tool: CatalogTool,
+    remote: (generationType: string) => Readonly<Record<string, string>> | undefined,
+  ): GenerationTypeDto[] {
+    return tool.generationTypes.map((type, index) => {
+      const describe = remote(type.id);
+      return {
+        generation_type: type.id,
+        tool: tool.id,
+        title: type.title,
+        description: type.description,
+        is_default: index === 0,
+        inputs: tool.inputs.map(({ name, kind, required, description, neutralDescription }) => ({
+          name,
+          kind,
+          required,
+          description: describe ? (describe[name] ?? neutralDescription) : description,
+        })),
+      };
+    });
   }
 }
 

@@ -8,7 +8,13 @@ export interface CatalogInput {
   name: components['schemas']['GenerationInput']['name'];
   kind: 'image' | 'text';
   required: boolean;
+  /** What the local engine needs of the input, and the error code an input that does not fit gets. */
   description: string;
+  /**
+   * What the input is, and nothing a particular engine needs of it: shown when a model server serves the tool and its
+   * route's `describe` says nothing of the input (a real model takes photos the local engine refuses).
+   */
+  neutralDescription: string;
   /** For text inputs only. */
   maxLength?: number;
 }
@@ -32,11 +38,18 @@ const clothes: CatalogInput = {
   name: 'clothes',
   kind: 'image',
   required: true,
+  neutralDescription: 'Photo of the garment.',
   description:
     'Photo of the garment alone (laid flat, on a hanger or a mannequin) on a plain, evenly coloured background, or a PNG cut-out with transparency. On a busy background the job ends `unsupported_input`.',
 };
 /** The person photo of a try-on: how much of the body it must show depends on where the garment goes. */
-const person = (description: string): CatalogInput => ({ name: 'person', kind: 'image', required: true, description });
+const person = (description: string): CatalogInput => ({
+  name: 'person',
+  kind: 'image',
+  required: true,
+  description,
+  neutralDescription: 'Photo of the person.',
+});
 
 export const CATALOG: readonly CatalogTool[] = [
   {
@@ -116,12 +129,14 @@ export const CATALOG: readonly CatalogTool[] = [
         name: 'room',
         kind: 'image',
         required: true,
+        neutralDescription: 'Photo of the room.',
         description: 'Photo of the room, the floor visible in its lower part.',
       },
       {
         name: 'furniture',
         kind: 'image',
         required: true,
+        neutralDescription: 'Photo of the piece of furniture.',
         description:
           'Photo of the piece of furniture alone on a plain, evenly coloured background, or a PNG cut-out with transparency. On a busy background the job ends `unsupported_input`.',
       },
@@ -143,12 +158,14 @@ export const CATALOG: readonly CatalogTool[] = [
         name: 'fabric',
         kind: 'image',
         required: true,
+        neutralDescription: 'Photo or scan of the fabric.',
         description: 'Photo or scan of the fabric pattern, filling the frame.',
       },
       {
         name: 'target',
         kind: 'image',
         required: true,
+        neutralDescription: 'Photo of the object to retexture.',
         description:
           'Photo of the object to retexture (a sofa, a cushion, a garment) on a plain, evenly coloured background. On a busy background the job ends `unsupported_input`.',
       },
@@ -166,13 +183,20 @@ export const CATALOG: readonly CatalogTool[] = [
     group: 'default',
     title: 'Image enhance',
     inputs: [
-      { name: 'image', kind: 'image', required: true, description: 'The photo to enhance.' },
+      {
+        name: 'image',
+        kind: 'image',
+        required: true,
+        description: 'The photo to enhance.',
+        neutralDescription: 'The photo to enhance.',
+      },
       {
         name: 'prompt',
         kind: 'text',
         required: false,
         maxLength: 1000,
         description: 'Optional description of the wanted result, at most 1000 characters; recorded with the job.',
+        neutralDescription: 'Optional description of the wanted result, at most 1000 characters.',
       },
     ],
     generationTypes: [{ id: 'enhance', title: 'Enhance', description: 'Normalised contrast and gentle sharpening.' }],

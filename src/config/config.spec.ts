@@ -49,11 +49,8 @@ describe('AppConfig', () => {
       expect(sut.runsWorker).toBe(true);
     });
 
-    it('runs every tool on the local engine', () => {
-      expect(Object.keys(sut.engines).sort()).toEqual(
-        ['default', 'fabric', 'fashion_card', 'fashion_swap', 'fashion_swap_half', 'furniture', 'lengerie'].sort(),
-      );
-      for (const engine of Object.values(sut.engines)) expect(engine).toEqual({ kind: 'local' });
+    it('runs every tool on the local engine: no model server, no route', () => {
+      expect(sut.engineRouting).toEqual({ servers: [], routes: [] });
     });
 
     it('uses the embedded database when DATABASE_URL is unset', () => {
@@ -102,9 +99,19 @@ describe('AppConfig', () => {
   it('parses a Cog engine setting', () => {
     const sut = configFrom({ ENGINE_FASHION_SWAP: 'cog:http://h:5000', ENGINE_FABRIC: 'cog:https://cog.example/' });
 
-    expect(sut.engines.fashion_swap).toEqual({ kind: 'cog', url: 'http://h:5000' });
-    expect(sut.engines.fabric).toEqual({ kind: 'cog', url: 'https://cog.example' });
-    expect(sut.engines.furniture).toEqual({ kind: 'local' });
+    const routed = Object.fromEntries(sut.engineRouting.routes.map((route) => [route.tool, route]));
+    expect(Object.keys(routed).sort()).toEqual(['fabric', 'fashion_swap']);
+    expect(routed.fashion_swap).toMatchObject({
+      kind: 'cog',
+      engine: 'cog:http://h:5000',
+      inputs: { clothes: 'clothes', person: 'person' },
+      params: {},
+      passGenerationType: true,
+    });
+    expect(sut.engineRouting.servers).toEqual([
+      expect.objectContaining({ name: 'cog:http://h:5000', kind: 'cog', url: 'http://h:5000', concurrency: 1 }),
+      expect.objectContaining({ name: 'cog:https://cog.example', kind: 'cog', url: 'https://cog.example' }),
+    ]);
   });
 
   it.each([

@@ -206,13 +206,14 @@ class EnginesFileReader {
       this.problems.push(`${at}: tool "${tool.id}" has no generation type "${generationType}" (types: ${types})`);
       return;
     }
-    const server = this.servers.get(raw.engine as string);
+    const engine = raw.engine;
+    const server = typeof engine === 'string' ? this.servers.get(engine) : undefined;
     if (!server) {
-      if (typeof raw.engine !== 'string')
-        this.problems.push(`${at}.engine: must be the name of an engine under engines`);
-      else if (!this.problems.some((problem) => problem.startsWith(`engines.${raw.engine}`))) {
+      if (typeof engine !== 'string') this.problems.push(`${at}.engine: must be the name of an engine under engines`);
+      // An engine refused above is not reported again as unknown.
+      else if (!this.problems.some((problem) => problem.startsWith(`engines.${engine}`))) {
         const names = [...this.servers.keys()].join(', ') || 'none';
-        this.problems.push(`${at}.engine: there is no engine "${raw.engine}" under engines (engines: ${names})`);
+        this.problems.push(`${at}.engine: there is no engine "${engine}" under engines (engines: ${names})`);
       }
       return;
     }
@@ -442,7 +443,7 @@ function describeError(error: ErrorObject, at: string): string {
       return `${path}: must be one of ${(params.allowedValues as unknown[]).join(', ')}`;
     default: {
       const description = (error.parentSchema as { description?: string } | undefined)?.description;
-      return `${path}: must be ${description ?? error.message}`;
+      return description ? `${path}: must be ${description}` : `${path}: ${error.message}`;
     }
   }
 }

@@ -4,6 +4,7 @@
  */
 export * from './engine.js';
 export { EngineRegistry, type ResolvedRoute } from './engine-registry.js';
+export { EnginesModule } from './engines.module.js';
 export { PREVIEW_MAX_SIDE, renderOutputs } from './renderer.js';
 export { CARD_HEIGHT, CARD_WIDTH, LocalEngine, ThreadedLocalEngine } from './local/index.js';
 /** For the person bench: the models' load and one analysis, timed apart from a whole job. */

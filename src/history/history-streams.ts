@@ -5,6 +5,7 @@ import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobEvents, type WatchedEvent } from '../jobs/job-events.js';
+import { JobProgress } from '../jobs/job-progress.js';
 import { HistoryItemDto } from '../jobs/history-item.dto.js';
 
 /** Event streams of a user's history: one item until it is final, or every change of all the user's items. */
@@ -15,6 +16,7 @@ export class HistoryStreams {
   constructor(
     private readonly items: HistoryRepository,
     private readonly events: JobEvents,
+    private readonly progress: JobProgress,
     private readonly config: AppConfig,
   ) {}
 
@@ -25,19 +27,31 @@ export class HistoryStreams {
   async followItem(userId: string, id: string, response: ServerResponse): Promise<void> {
     // Changes may be announced before the stream is open; they are read once it is.
     const open: { stream?: EventStream } = {};
-    let sent = '';
+    let sent: HistoryItemDto | undefined;
+    let sentText = '';
     let reading = Promise.resolve();
-    const refresh = () => {
+    const send = (stream: EventStream, dto: HistoryItemDto) => {
+      const text = JSON.stringify(dto);
+      if (text !== sentText) stream.send('item', dto);
+      sent = dto;
+      sentText = text;
+    };
+    const refresh = (event?: WatchedEvent) => {
       reading = reading.then(async () => {
         const stream = open.stream;
         if (!stream || stream.isClosed) return;
+        // A running job's progress changes nothing else: the item last sent, with it, needs no database read.
+        if (event?.kind === 'progress') {
+          if (sent?.status === 'pending' && event.progress > (sent.progress ?? -1)) {
+            send(stream, { ...sent, progress: event.progress });
+          }
+          return;
+        }
         try {
           const item = await this.items.findOwned(userId, id);
           if (!item) return stream.end();
-          const dto = HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
-          const text = JSON.stringify(dto);
-          if (text !== sent) stream.send('item', dto);
-          sent = text;
+          const progress = await this.progress.of([item]);
+          send(stream, HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress.get(id)));
           if (item.status !== 'pending') stream.end();
         } catch (error) {
           // The client reconnects and reads the item afresh; an outage is not worth keeping a silent stream open.
@@ -69,7 +83,11 @@ export class HistoryStreams {
         if (event.kind === 'deleted') return stream.send('deleted', { history_item_id: event.historyItemId });
         try {
           const item = await this.items.findOwned(userId, event.historyItemId);
-          if (item) stream.send('item', HistoryItemDto.from(item, this.config.mediaPublicBaseUrl));
+          if (!item) return;
+          const progress = event.kind === 'progress' ? event.progress : (await this.progress.of([item])).get(item.id);
+          // A progress event read after its job ended would show the item going back to pending's progress.
+          if (event.kind === 'progress' && item.status !== 'pending') return;
+          stream.send('item', HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress));
         } catch (error) {
           this.logger.warn({ err: error }, 'a user event stream ended on a failed read');
           stream.end();

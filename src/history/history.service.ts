@@ -3,6 +3,7 @@ import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { type HistoryQuery, HistoryRepository } from '../jobs/history.repository.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
+import { JobProgress } from '../jobs/job-progress.js';
 import { JobWaits } from '../jobs/job-waits.js';
 import { HistoryItemDto } from '../jobs/history-item.dto.js';
 import type { HistoryPageDto } from './history.dto.js';
@@ -16,6 +17,7 @@ export class HistoryService {
     private readonly items: HistoryRepository,
     private readonly lifecycle: JobLifecycle,
     private readonly waits: JobWaits,
+    private readonly progress: JobProgress,
     private readonly config: AppConfig,
   ) {}
 
@@ -25,14 +27,16 @@ export class HistoryService {
       ? await this.waits.untilFinal(userId, id, waitSeconds * 1000)
       : await this.items.findOwned(userId, id);
     if (!item) throw notFound();
-    return HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
+    const progress = await this.progress.of([item]);
+    return HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress.get(item.id));
   }
 
   /** Newest first, ties broken by id, so pages neither repeat nor skip items. */
   async list(userId: string, query: HistoryQuery): Promise<HistoryPageDto> {
     const { rows, total } = await this.items.list(userId, query);
+    const progress = await this.progress.of(rows);
     return {
-      items: rows.map((item) => HistoryItemDto.from(item, this.config.mediaPublicBaseUrl)),
+      items: rows.map((item) => HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress.get(item.id))),
       page: query.page,
       limit: query.limit,
       total,

@@ -1,13 +1,13 @@
 import { Module } from '@nestjs/common';
 import { JobsModule } from '../jobs/jobs.module.js';
-import { EngineRegistry } from '../engines/index.js';
+import { EnginesModule } from '../engines/index.js';
 import { EngineRuns } from './engine-runs.js';
 import { EngineSlots } from './engine-slots.js';
 import { GenerationProcessor } from './generation.processor.js';
 import { Reconciler } from './reconciler.js';
 
 @Module({
-  imports: [JobsModule],
-  providers: [EngineRegistry, EngineSlots, EngineRuns, GenerationProcessor, Reconciler],
+  imports: [JobsModule, EnginesModule],
+  providers: [EngineSlots, EngineRuns, GenerationProcessor, Reconciler],
 })
 export class WorkerModule {}

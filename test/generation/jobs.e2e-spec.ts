@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import sharp from 'sharp';
-import { CARD_HEIGHT, CARD_WIDTH } from '../../src/engines/local/product-card.pipeline.js';
+import { CARD_HEIGHT, CARD_WIDTH } from '../../src/engines/index.js';
 import { expectMatchesContract } from '../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { makeImage, makePerson, PERSON_SIZE, withLeadingMetadata } from '../support/jobs.js';

@@ -407,7 +407,9 @@ export interface paths {
          * Readiness probe
          * @description Checks that the database (`database`) and the job queue (`queue`) are reachable. `200` when
          *     both are up, `503` otherwise. Public. Both answers are `application/json` in the
-         *     @nestjs/terminus shape (`HealthStatus`), not problem documents.
+         *     @nestjs/terminus shape (`HealthStatus`), not problem documents. When tools are routed to model
+         *     servers, `engines` says which of them answer; a model server that is down does not fail
+         *     readiness (its jobs wait and are retried), so traffic keeps reaching the API.
          */
         get: operations["getReadiness"];
         put?: never;
@@ -872,6 +874,19 @@ export interface components {
          *     `database` and `queue` on `/health/ready`; `/health/live` has none.
          */
         HealthStatus: {
+            /**
+             * @description On `/health/ready` when tools are routed to model servers (the routing file): each server by
+             *     the operator's name for it, with its kind and whether it answered its health or status request
+             *     just now. Never part of `status`.
+             */
+            engines?: {
+                [key: string]: {
+                    /** @enum {string} */
+                    kind: "cog" | "replicate" | "comfyui";
+                    /** @enum {string} */
+                    status: "up" | "down";
+                };
+            };
             /**
              * @description Overall status; `ok` (or `degraded`) with `200`, otherwise `503`.
              * @example ok
@@ -1796,6 +1811,16 @@ export interface operations {
                      *         },
                      *         "queue": {
                      *           "status": "up"
+                     *         }
+                     *       },
+                     *       "engines": {
+                     *         "comfy": {
+                     *           "kind": "comfyui",
+                     *           "status": "up"
+                     *         },
+                     *         "replicate": {
+                     *           "kind": "replicate",
+                     *           "status": "down"
                      *         }
                      *       }
                      *     }

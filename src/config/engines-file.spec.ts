@@ -1,0 +1,278 @@
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { AppConfig, ConfigError } from './config.js';
+
+const EXAMPLE = resolve('docs/routing/engines.yaml');
+const EXAMPLE_ENV = {
+  VTON_URL: 'http://gpu-2:5000',
+  REPLICATE_API_TOKEN: 'r8_test',
+  COMFY_URL: 'http://gpu-1:8188',
+  COMFY_TOKEN: 'secret',
+};
+
+const WORKFLOW = {
+  '3': { class_type: 'KSampler', inputs: { seed: 1, steps: 20, model: ['4', 0] } },
+  '4': { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'model.safetensors' } },
+  '6': { class_type: 'CLIPTextEncode', inputs: { text: 'a photo', clip: ['4', 1] } },
+  '11': { class_type: 'LoadImage', inputs: { image: 'person.png' } },
+  '12': { class_type: 'LoadImage', inputs: { image: 'clothes.png' } },
+  '15': { class_type: 'SaveImage', inputs: { filename_prefix: 'out', images: ['3', 0] } },
+};
+
+/** A folder with the routing file (and its workflows), as an operator would lay it out. */
+function routingFile(yaml: string, files: Record<string, unknown> = { 'workflows/try-on.json': WORKFLOW }): string {
+  const dir = mkdtempSync(join(tmpdir(), 'engines-file-'));
+  for (const [name, content] of Object.entries(files)) {
+    const path = join(dir, name);
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, typeof content === 'string' ? content : JSON.stringify(content));
+  }
+  const path = join(dir, 'engines.yaml');
+  writeFileSync(path, yaml);
+  return path;
+}
+
+function problemsOf(env: Record<string, string>): string[] {
+  try {
+    new AppConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  throw new Error('expected the configuration to be refused');
+}
+
+const COMFY_ENGINE = `
+engines:
+  comfy:
+    kind: comfyui
+    url: http://gpu-1:8188
+`;
+
+describe('the routing file (ENGINES_FILE)', () => {
+  it('reads the documented example: every kind, its defaults, and routes by tool and by generation type', () => {
+    const sut = new AppConfig({ ENGINES_FILE: EXAMPLE, ...EXAMPLE_ENV });
+
+    const servers = Object.fromEntries(sut.engineRouting.servers.map((server) => [server.name, server]));
+    expect(servers.vton).toEqual({
+      name: 'vton',
+      kind: 'cog',
+      url: 'http://gpu-2:5000',
+      concurrency: 1,
+      timeoutMs: 180_000,
+      headers: {},
+    });
+    expect(servers.replicate).toMatchObject({
+      kind: 'replicate',
+      token: 'r8_test',
+      baseUrl: 'https://api.replicate.com/v1',
+      concurrency: 4,
+    });
+    expect(servers.comfy).toMatchObject({
+      kind: 'comfyui',
+      timeoutMs: 600_000,
+      headers: { Authorization: 'Bearer secret' },
+    });
+    const routes = Object.fromEntries(sut.engineRouting.routes.map((route) => [route.key, route]));
+    expect(routes['fashion_swap_half/upper']).toMatchObject({
+      kind: 'cog',
+      tool: 'fashion_swap_half',
+      generationType: 'upper',
+      inputs: { person: 'human_img', clothes: 'garm_img' },
+      params: { category: 'upper_body', garment_des: 'a garment' },
+      passGenerationType: false,
+    });
+    expect(routes.default).toMatchObject({ kind: 'replicate', model: 'nightmareai/real-esrgan', version: undefined });
+    expect(routes.furniture).toMatchObject({
+      kind: 'comfyui',
+      generationType: undefined,
+      inputs: { room: { node: '1', input: 'image' }, furniture: { node: '2', input: 'image' } },
+      output: { node: '5' },
+    });
+  });
+
+  it('takes node ids written as numbers, text inputs on any node input, and a seed', () => {
+    const path = routingFile(`${COMFY_ENGINE}
+routes:
+  fashion_swap:
+    engine: comfy
+    workflow: workflows/try-on.json
+    inputs:
+      person: { node: 11 }
+      clothes: { node: "12" }
+    output: { node: 15 }
+    seed: { node: "3", input: seed }
+  default:
+    engine: comfy
+    workflow: workflows/try-on.json
+    inputs:
+      image: { node: "11" }
+      prompt: { node: "6", input: text }
+    output: { node: "15" }
+`);
+    const sut = new AppConfig({ ENGINES_FILE: path });
+
+    const [fashionSwap, enhance] = sut.engineRouting.routes;
+    expect(fashionSwap).toMatchObject({ inputs: { person: { node: '11' } }, seed: { node: '3', input: 'seed' } });
+    expect(enhance).toMatchObject({ inputs: { prompt: { node: '6', input: 'text' } }, seed: undefined });
+  });
+
+  it.each([
+    ['an unknown top-level key', `${COMFY_ENGINE}\nroute: {}\n`, 'route: unknown key (allowed: engines, routes)'],
+    [
+      'an unknown key of an engine',
+      `${COMFY_ENGINE}    concurency: 2\nroutes: {}\n`,
+      'engines.comfy.concurency: unknown key',
+    ],
+    ['an unknown kind', 'engines:\n  x:\n    kind: triton\n    url: http://h\n', 'engines.x.kind: must be one of cog'],
+    ['a missing url', 'engines:\n  x:\n    kind: cog\n', 'engines.x.url: is required'],
+    [
+      'a url that is not http(s)',
+      'engines:\n  x:\n    kind: cog\n    url: ftp://h\n',
+      'engines.x.url: must be an http(s) URL',
+    ],
+    [
+      'a url with credentials',
+      'engines:\n  x:\n    kind: cog\n    url: http://u:p@h\n',
+      'engines.x.url: must not hold credentials',
+    ],
+    [
+      'a timeout that is not a duration',
+      `${COMFY_ENGINE}    timeout: 10 minutes\n`,
+      'engines.comfy.timeout: must be a duration such as 30s, 10m or 2h',
+    ],
+    ['a concurrency of 0', `${COMFY_ENGINE}    concurrency: 0\n`, 'engines.comfy.concurrency: must be >= 1'],
+    [
+      'an unset variable',
+      'engines:\n  r:\n    kind: replicate\n    token: ${NOT_SET_ANYWHERE}\n',
+      'engines.r.token: ${NOT_SET_ANYWHERE} is not set in the environment',
+    ],
+    [
+      'an unknown tool',
+      `${COMFY_ENGINE}routes:\n  tryon:\n    engine: comfy\n`,
+      'routes.tryon: routes are named "tool" or "tool/generation_type"; there is no tool "tryon"',
+    ],
+    [
+      'an unknown generation type',
+      `${COMFY_ENGINE}routes:\n  fashion_swap_half/middle:\n    engine: comfy\n`,
+      'routes.fashion_swap_half/middle: tool "fashion_swap_half" has no generation type "middle" (types: upper, lower)',
+    ],
+    [
+      'a route to an unknown engine',
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: gpu\n    inputs: {}\n`,
+      'routes.default.engine: there is no engine "gpu" under engines (engines: comfy)',
+    ],
+    [
+      'an unknown key of a route',
+      'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: img }\n    workflow: x.json\n',
+      'routes.default.workflow: unknown key (allowed: engine, describe, inputs, params)',
+    ],
+    [
+      'an input the tool does not have',
+      'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: img, mask: mask }\n',
+      'routes.default.inputs.mask: tool "default" has no input "mask" (inputs: image, prompt)',
+    ],
+    [
+      'a required input left unmapped',
+      'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  fashion_swap:\n    engine: c\n    inputs: { person: human_img }\n',
+      'routes.fashion_swap.inputs: the tool\'s required input "clothes" is not mapped',
+    ],
+    [
+      'a describe text of an input the tool does not have',
+      'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: img }\n    describe: { photo: A photo. }\n',
+      'routes.default.describe.photo: tool "default" has no input "photo"',
+    ],
+    [
+      'a Replicate route with both a model and a version',
+      `engines:\n  r:\n    kind: replicate\n    token: t\nroutes:\n  default:\n    engine: r\n    model: a/b\n    version: ${'a'.repeat(64)}\n    inputs: { image: image }\n`,
+      'routes.default: set either model (owner/name) or version (64 hex digits), not both or neither',
+    ],
+    [
+      'a Replicate model that is not owner/name',
+      'engines:\n  r:\n    kind: replicate\n    token: t\nroutes:\n  default:\n    engine: r\n    model: real-esrgan\n    inputs: { image: image }\n',
+      'routes.default.model: must be owner/name, such as nightmareai/real-esrgan',
+    ],
+    [
+      'a missing workflow',
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/none.json\n    inputs: { image: { node: "11" } }\n    output: { node: "15" }\n`,
+      'routes.default.workflow: workflows/none.json does not exist',
+    ],
+    [
+      'a node id not in the workflow',
+      `${COMFY_ENGINE}routes:\n  fashion_swap:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      person: { node: "11" }\n      clothes: { node: "21" }\n    output: { node: "15" }\n`,
+      'routes.fashion_swap.inputs.clothes.node: node "21" is not in workflows/try-on.json',
+    ],
+    [
+      'an image input on a node that is not an image loader',
+      `${COMFY_ENGINE}routes:\n  fashion_swap:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      person: { node: "11" }\n      clothes: { node: "6" }\n    output: { node: "15" }\n`,
+      'routes.fashion_swap.inputs.clothes.node: node "6" is a CLIPTextEncode, not an image loader',
+    ],
+    [
+      'a text input without the node input it sets',
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      image: { node: "11" }\n      prompt: { node: "6" }\n    output: { node: "15" }\n`,
+      'routes.default.inputs.prompt.input: a text input needs the node input it sets',
+    ],
+    [
+      'a text input on a node input that does not exist',
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      image: { node: "11" }\n      prompt: { node: "6", input: txt }\n    output: { node: "15" }\n`,
+      'routes.default.inputs.prompt.input: node "6" (CLIPTextEncode) in workflows/try-on.json has no input "txt" (inputs: text, clip)',
+    ],
+    [
+      'an output node that does not exist',
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs: { image: { node: "11" } }\n    output: { node: "99" }\n`,
+      'routes.default.output.node: node "99" is not in workflows/try-on.json',
+    ],
+  ])('refuses %s, naming the file and the key path', (_what, yaml, message) => {
+    const path = routingFile(yaml);
+
+    const problems = problemsOf({ ENGINES_FILE: path });
+
+    expect(problems).toContainEqual(expect.stringContaining(`ENGINES_FILE ${path}: ${message}`));
+  });
+
+  it('refuses a workflow saved in the UI format, saying how to export it in API format', () => {
+    const path = routingFile(
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: ui.json\n    inputs: { image: { node: "1" } }\n    output: { node: "2" }\n`,
+      { 'ui.json': { last_node_id: 2, nodes: [{ id: 1, type: 'LoadImage' }], links: [] } },
+    );
+
+    expect(problemsOf({ ENGINES_FILE: path })).toEqual([
+      `ENGINES_FILE ${path}: routes.default.workflow: ui.json is not a workflow in API format ({"<node id>": {"class_type", "inputs"}}); in ComfyUI, save it with Workflow > Export (API)`,
+    ]);
+  });
+
+  it('refuses a file that is missing or is not YAML', () => {
+    const missing = join(tmpdir(), 'no-such-engines.yaml');
+    expect(problemsOf({ ENGINES_FILE: missing })).toEqual([`ENGINES_FILE ${missing}: cannot be read (ENOENT)`]);
+
+    const broken = routingFile('engines:\n  c: [unclosed\n');
+    expect(problemsOf({ ENGINES_FILE: broken })[0]).toMatch(/^ENGINES_FILE .*engines\.yaml: is not valid YAML: /);
+  });
+
+  it('reports every problem of a file at once', () => {
+    const path = routingFile(
+      'engines:\n  c:\n    kind: cog\n    url: http://h\n  d:\n    kind: cog\n    url: http://h\n    concurrency: -1\nroutes:\n  default:\n    engine: c\n    inputs: {}\n  tryon:\n    engine: c\n',
+    );
+
+    expect(problemsOf({ ENGINES_FILE: path })).toHaveLength(3);
+  });
+
+  it('refuses a tool routed by the file and by ENGINE_<TOOL> at once', () => {
+    const path = routingFile(
+      'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: image }\n',
+    );
+
+    expect(problemsOf({ ENGINES_FILE: path, ENGINE_DEFAULT: 'cog:http://other:5000' })).toEqual([
+      'ENGINE_DEFAULT and ENGINES_FILE both route the tool "default": keep one',
+    ]);
+  });
+
+  it('refuses a job deadline shorter than an engine timeout, which would end running jobs as timeout', () => {
+    const path = routingFile(`${COMFY_ENGINE}    timeout: 20m\nroutes: {}\n`);
+
+    expect(problemsOf({ ENGINES_FILE: path })).toEqual([
+      'JOB_DEADLINE_MS (900000 ms) is shorter than the timeout of engine "comfy" (1200000 ms): its jobs would be ended as timeout while the model still runs; raise JOB_DEADLINE_MS',
+    ]);
+  });
+});
