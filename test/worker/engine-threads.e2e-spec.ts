@@ -28,6 +28,7 @@ let sut: InstanceType<LocalEngines['ThreadedLocalEngine']>;
 let clothes: Buffer;
 
 const card = (images: Record<string, Buffer> = { clothes }, signal?: AbortSignal): EngineRequest => ({
+  jobId: 'job-1',
   tool: 'fashion_card',
   generationType: 'product_card',
   images,

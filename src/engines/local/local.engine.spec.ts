@@ -107,6 +107,7 @@ const request = (
   images: Record<string, Buffer>,
   texts: Record<string, string> = {},
 ): EngineRequest => ({
+  jobId: 'job-1',
   tool,
   generationType,
   images,

@@ -39,10 +39,12 @@ describe('the local engine on real photos with busy backgrounds', () => {
   ] as const)(
     '%s refuses the photo with unsupported_input, naming the %s input',
     async (tool, type, images, input) => {
-      const failure = await sut.generate({ tool, generationType: type, images: await images(), texts: {} }).then(
-        () => undefined,
-        (error: unknown) => error,
-      );
+      const failure = await sut
+        .generate({ jobId: 'job-1', tool, generationType: type, images: await images(), texts: {} })
+        .then(
+          () => undefined,
+          (error: unknown) => error,
+        );
 
       expect(failure).toBeInstanceOf(PermanentEngineError);
       expect((failure as PermanentEngineError).code).toBe('unsupported_input');
@@ -71,6 +73,7 @@ describe('the local engine on a real object on plain white, standing on the bott
 
     const after = raw(
       await sut.generate({
+        jobId: 'job-1',
         tool: 'furniture',
         generationType: 'furniture_placement',
         images: { room: roomJpg, furniture: await photo('cup-on-white-cropped.jpg') },
@@ -101,7 +104,7 @@ describe('the local engine on a real object on plain white, standing on the bott
     '%s takes it too',
     async (tool, type, images) => {
       await expect(
-        sut.generate({ tool, generationType: type, images: await images(), texts: {} }),
+        sut.generate({ jobId: 'job-1', tool, generationType: type, images: await images(), texts: {} }),
       ).resolves.toMatchObject({ kind: 'raw' });
     },
     30_000,
@@ -115,6 +118,7 @@ describe('the local engine on a real object on plain white, standing on the bott
 
     const failure = await failureOf(
       sut.generate({
+        jobId: 'job-1',
         tool: 'furniture',
         generationType: 'furniture_placement',
         images: { room: await example('furniture/input-room.jpg'), furniture: tight },
@@ -140,6 +144,7 @@ describe('the local engine on a photo of two people', () => {
     async (type) => {
       const failure = await failureOf(
         sut.generate({
+          jobId: 'job-1',
           tool: 'fashion_swap_half',
           generationType: type,
           images: {
@@ -174,6 +179,7 @@ describe('the local engine on a real portrait', () => {
 
     const after = raw(
       await sut.generate({
+        jobId: 'job-1',
         tool: 'fashion_swap_half',
         generationType: 'upper',
         images: { clothes, person: portrait },
@@ -205,6 +211,7 @@ describe('the local engine on a real portrait', () => {
     async (tool, type, folder, message) => {
       const failure = await failureOf(
         sut.generate({
+          jobId: 'job-1',
           tool,
           generationType: type,
           images: { clothes: await example(`${folder}/input-clothes.jpg`), person: await photo('astronaut.jpg') },
@@ -223,6 +230,7 @@ describe('the local engine on a real portrait', () => {
     async (file) => {
       const failure = await failureOf(
         sut.generate({
+          jobId: 'job-1',
           tool: 'fashion_swap_half',
           generationType: 'upper',
           images: { clothes: await example('fashion_swap_half-upper/input-clothes.jpg'), person: await photo(file) },
