@@ -49,13 +49,13 @@ const NEEDS: Record<GarmentRegion | 'auto', { parts: BodyPart[]; photo: string }
 
 async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): Promise<RawImage> {
   const [clothes, person] = await Promise.all([ctx.image('clothes', { alpha: true }), ctx.image('person')]);
-  ctx.checkpoint();
+  ctx.checkpoint(0.1);
   const keyOptions = { keepRatio: requested === 'lingerie' ? 0.2 : 1 };
   const [garment, seen] = await Promise.all([analyseObject(clothes, keyOptions), analysePerson(person)]);
-  ctx.checkpoint();
+  ctx.checkpoint(0.5);
   requireCutOut(garment, 'clothes', 'the garment alone');
   const { body, front, within } = await fitPerson(seen, NEEDS[requested].parts, NEEDS[requested].photo);
-  ctx.checkpoint();
+  ctx.checkpoint(0.6);
 
   const region = requested !== 'auto' ? requested : classifyGarment(garment.silhouette);
   const fit = fitGarment(garment.silhouette, region, body);
@@ -70,7 +70,7 @@ async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): P
   const width = max(1, round(garment.silhouette.width * fit.scaleX));
   const height = max(1, round(garment.silhouette.height * fit.scaleY));
   const cut = await cutoutAt(clothes, garment, width, height);
-  ctx.checkpoint();
+  ctx.checkpoint(0.75);
   const left = round(body.centreX - fit.anchorX * fit.scaleX) - cut.left;
   const top = round(fit.top) - cut.top;
   requireGarmentShown(keepWithin(cut, left, top, within, front), NEEDS[requested].photo);
@@ -79,7 +79,7 @@ async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): P
   const sigma = max(1.5, body.height * 0.007);
   const pad = ceil(sigma * 3);
   const shadow = softShadow(alphaOf(cut.image), sigma, pad);
-  ctx.checkpoint();
+  ctx.checkpoint(0.85);
   const output: RawImage = { ...person, data: Buffer.from(person.data) };
   applyShade(output, shadow, left - pad + round(body.height * 0.002), top - pad + round(body.height * 0.006), 0.35);
   compositeOver(output, cut.image, left, top);
