@@ -28,6 +28,7 @@ let sut: InstanceType<LocalEngines['ThreadedLocalEngine']>;
 let clothes: Buffer;
 
 const card = (images: Record<string, Buffer> = { clothes }, signal?: AbortSignal): EngineRequest => ({
+  jobId: 'job-1',
   tool: 'fashion_card',
   generationType: 'product_card',
   images,
@@ -109,23 +110,35 @@ it('does not start a job whose signal has fired, failing with the signal reason'
 it('stops a running job at its next step when its signal fires, and the thread keeps serving', async () => {
   const large = await largeClothes();
   const controller = new AbortController();
-  const started = performance.now();
-  const job = sut.generate(card({ clothes: large }, controller.signal));
-  // The thread is decoding and keying 11 megapixels by now: the abort reaches it mid-job.
-  setTimeout(() => controller.abort(new Error('worker shutting down')), 50);
+  const reports: number[] = [];
+  // Fired as the thread reports its first step (the inputs decoded): the abort reaches it mid-job.
+  const onProgress = (fraction: number) => {
+    reports.push(fraction);
+    controller.abort(new Error('worker shutting down'));
+  };
 
-  await expect(job).rejects.toThrow('worker shutting down');
-  const stoppedAfter = performance.now() - started;
-  const complete = performance.now();
-  await sut.generate(card({ clothes: large }));
-  expect(stoppedAfter).toBeLessThan(performance.now() - complete);
-  await expect(sut.generate(card())).resolves.toMatchObject({ kind: 'rendered' });
+  await expect(sut.generate({ ...card({ clothes: large }, controller.signal), onProgress })).rejects.toThrow(
+    'worker shutting down',
+  );
+  // Stopped before its image was composed (the last steps report 0.9 and more).
+  expect(reports.length).toBeGreaterThanOrEqual(1);
+  expect(Math.max(...reports)).toBeLessThan(0.9);
+
+  const next: number[] = [];
+  await expect(sut.generate({ ...card(), onProgress: (fraction) => next.push(fraction) })).resolves.toMatchObject({
+    kind: 'rendered',
+  });
+  expect(next).toEqual([...next].sort((a, b) => a - b));
+  expect(Math.max(...next)).toBeGreaterThanOrEqual(0.9);
+  expect(Math.max(...next)).toBeLessThan(1);
 }, 60_000);
 
 it('fails a job still running when the engine is closed', async () => {
   const engine = new engines.ThreadedLocalEngine(1, LIMIT);
-  const job = engine.generate(card({ clothes: await largeClothes() }));
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  let started!: () => void;
+  const running = new Promise<void>((resolve) => (started = resolve));
+  const job = engine.generate({ ...card({ clothes: await largeClothes() }), onProgress: () => started() });
+  await running;
   const outcome = expect(job).rejects.toThrow('the engine thread was stopped');
 
   await engine.close();

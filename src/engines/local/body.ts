@@ -4,8 +4,8 @@
  * (head and hair, forearms), and where a garment may be drawn at all (on and just around the person), so the
  * background and the face are left as they were.
  *
- * A photo without a person is `no_person_found`; one that does not show the body parts a garment needs
- * (trousers on a head-and-shoulders portrait) is `unsupported_input`, saying which photo works.
+ * A photo without a person is `no_person_found`; one of several people, or one that does not show the body parts a
+ * garment needs (trousers on a head-and-shoulders portrait), is `unsupported_input`, saying which photo works.
  */
 import { PermanentEngineError } from '../engine.js';
 import { type Keypoint, type KeypointName, type PersonAnalysis } from './person-model.js';
@@ -71,6 +71,13 @@ export async function fitPerson(person: PersonAnalysis, parts: BodyPart[], photo
       'No person was found in the person image: it needs one person, standing and facing the camera.',
     );
   }
+  if (figuresSideBySide(person) > 1) {
+    throw new PermanentEngineError(
+      'unsupported_input',
+      'The person image shows more than one person, and a try-on dresses one person: ' +
+        `use a photo of one person alone (${photoAdvice}).`,
+    );
+  }
   // The shoulders give the body's scale, so they are always needed, both. A part further down is in the frame when
   // one side of it, or of any part below it, is seen (straight trouser legs can hide the knees from the model).
   const needed = [...new Set<BodyPart>(['shoulders', ...parts])];
@@ -89,6 +96,33 @@ export async function fitPerson(person: PersonAnalysis, parts: BodyPart[], photo
   const body = landmarks(person);
   const [front, within] = await Promise.all([frontOf(person, body), withinOf(mask, body)]);
   return { body, front, within };
+}
+
+/**
+ * How many people the person mask shows side by side: the separate stretches of columns where it holds a head,
+ * above the shoulders the pose model found, each at least half as wide as those shoulders are apart (an arm raised
+ * beside the head is narrower). The pose model follows one person and the mask holds everyone; people standing
+ * apart have a gap between their heads.
+ */
+function figuresSideBySide({ keypoints: k, mask }: PersonAnalysis): number {
+  const { width, height, data } = mask;
+  const bottom = clamp(round(min(k.leftShoulder.y, k.rightShoulder.y)), 0, height);
+  const minWidth = 0.5 * abs(k.leftShoulder.x - k.rightShoulder.x);
+  const occupied = new Uint8Array(width);
+  for (let y = 0; y < bottom; y++) {
+    for (let x = 0, i = y * width; x < width; x++, i++) if (data[i] >= 128) occupied[x] = 1;
+  }
+  let figures = 0;
+  for (let x = 0; x < width;) {
+    if (!occupied[x]) {
+      x++;
+      continue;
+    }
+    const start = x;
+    while (x < width && occupied[x]) x++;
+    if (x - start >= minWidth) figures++;
+  }
+  return figures;
 }
 
 function landmarks({ keypoints: k, mask }: PersonAnalysis): BodyLandmarks {

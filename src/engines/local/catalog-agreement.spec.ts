@@ -41,7 +41,7 @@ describe('the catalog and the local engine', () => {
         },
       });
 
-      const result = await sut.generate({ tool, generationType: type, images: recorded, texts: {} });
+      const result = await sut.generate({ jobId: 'job-1', tool, generationType: type, images: recorded, texts: {} });
 
       expect(result.kind).toBe('raw');
       const required = imageInputs.filter((input) => input.required).map((input) => input.name);

@@ -8,7 +8,7 @@
  */
 import { PermanentEngineError } from '../engine.js';
 import { featherEllipse } from './compose.js';
-import { type KeyOptions, type KeyResult, extractForeground, keyBackground } from './keying.js';
+import { type KeyOptions, type KeyProblem, type KeyResult, extractForeground, keyBackground } from './keying.js';
 import { type Box, type Plane, type RawImage, fromRaw, toPlane, toRawImage } from './raw-image.js';
 
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
@@ -23,6 +23,8 @@ export interface ObjectAnalysis {
   silhouette: Plane;
   /** False when the background was not plain: the object is then the whole image. */
   reliable: boolean;
+  /** Why the object could not be cut out. */
+  problem?: KeyProblem;
   /** The keying of the whole input at its own size, when the analysis copy was the input itself. */
   fullKey?: KeyResult;
   /** The keying options, used again by {@link cutoutAt}. */
@@ -63,6 +65,7 @@ export async function analyseObject(image: RawImage, options: KeyOptions = {}): 
     box,
     silhouette: cropPlane(key.alpha, key.box),
     reliable: key.reliable,
+    problem: key.problem,
     fullKey: small === image ? key : undefined,
     options,
   };
@@ -123,17 +126,20 @@ function keyed(image: RawImage, options: KeyOptions): { image: RawImage; reliabl
 }
 
 /**
- * Refuses an object the engine could not cut out: its background is not plain (a busy photo), so anything drawn with
- * the object would be the whole photo. `what` says what the input should show, for the client.
+ * Refuses an object the engine could not cut out (anything drawn with it would be the whole photo), naming the
+ * cause the keying found. `what` says what the input should show, for the client.
  */
-export function requireCutOut(found: { reliable: boolean }, input: string, what: string): void {
-  if (!found.reliable) {
-    throw new PermanentEngineError(
-      'unsupported_input',
-      `The ${input} image needs ${what} on a plain, evenly coloured background; ` +
-        `in this one the background is too busy to tell the ${input} from it.`,
-    );
-  }
+export function requireCutOut(found: { reliable: boolean; problem?: KeyProblem }, input: string, what: string): void {
+  if (found.reliable) return;
+  const needs = `The ${input} image needs ${what} on a plain, evenly coloured background`;
+  const causes: Record<KeyProblem, string> = {
+    busy_background: `${needs}; in this one the background is too busy to tell the ${input} from it.`,
+    fills_frame:
+      `${needs}, with that background showing along at least two edges of the image; in this one the ${input} ` +
+      `fills the frame, running off three or four of its edges, so there is too little background to tell it from.`,
+    nothing_found: `${needs}; in this one nothing stands out from the background.`,
+  };
+  throw new PermanentEngineError('unsupported_input', causes[found.problem ?? 'busy_background']);
 }
 
 /** Longest side keyed directly by {@link objectMask}; larger images are keyed on a reduced copy. */
@@ -146,11 +152,11 @@ const MASK_KEY_SIZE = 2048;
 export async function objectMask(
   image: RawImage,
   options: KeyOptions = {},
-): Promise<{ alpha: Plane; box: Box; reliable: boolean }> {
+): Promise<{ alpha: Plane; box: Box; reliable: boolean; problem?: KeyProblem }> {
   const scale = min(1, MASK_KEY_SIZE / max(image.width, image.height));
   if (scale === 1) {
     const key = keyBackground(image, options);
-    return { alpha: key.alpha, box: key.box, reliable: key.reliable };
+    return { alpha: key.alpha, box: key.box, reliable: key.reliable, problem: key.problem };
   }
   const small = await toRawImage(
     fromRaw(image).resize(max(1, round(image.width * scale)), max(1, round(image.height * scale)), { fit: 'fill' }),
@@ -165,7 +171,7 @@ export async function objectMask(
     right: min(image.width, ceil(key.box.right * sx) + 1),
     bottom: min(image.height, ceil(key.box.bottom * sy) + 1),
   };
-  return { alpha, box, reliable: key.reliable };
+  return { alpha, box, reliable: key.reliable, problem: key.problem };
 }
 
 /** Copy of a plane's region. */

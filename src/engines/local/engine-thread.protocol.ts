@@ -2,10 +2,14 @@
 import type { RenderedOutputs } from '../engine.js';
 import { type EngineRequest, PermanentEngineError } from '../engine.js';
 
-/** Run one job; the thread answers with one ThreadReply. */
+/**
+ * Run one job; the thread answers with progress replies, then one `done` or `failed`. The request's functions and
+ * objects with methods stay on the service's side (they cannot be cloned to the thread): the signal is an
+ * `abort` message, progress a `progress` reply, and the local engine keeps no remote run to record.
+ */
 export interface JobMessage {
   type: 'job';
-  request: Omit<EngineRequest, 'signal'>;
+  request: Omit<EngineRequest, 'signal' | 'onProgress' | 'runs'>;
 }
 
 /** Stop the running job at its next checkpoint, failing with `reason`. */
@@ -16,7 +20,13 @@ export interface AbortMessage {
 
 export type ThreadMessage = JobMessage | AbortMessage;
 
-export type ThreadReply = { type: 'done'; outputs: RenderedOutputs } | { type: 'failed'; error: ErrorDescription };
+export type ThreadReply =
+  | { type: 'progress'; fraction: number }
+  | { type: 'done'; outputs: RenderedOutputs }
+  | { type: 'failed'; error: ErrorDescription };
+
+/** The progress of a job whose output files are encoded, reported just before they are handed back. */
+export const ENCODED = 0.98;
 
 /** Bytes that crossed threads arrive as plain Uint8Arrays (structured cloning keeps the bytes, not the Buffer class). */
 export function asBuffer(bytes: Uint8Array): Buffer {

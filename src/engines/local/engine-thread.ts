@@ -6,6 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { renderOutputs } from '../renderer.js';
 import {
+  ENCODED,
   type JobMessage,
   type ThreadMessage,
   type ThreadReply,
@@ -36,10 +37,12 @@ async function run({ request }: JobMessage): Promise<void> {
   let reply: ThreadReply;
   try {
     const images = Object.fromEntries(Object.entries(request.images).map(([name, bytes]) => [name, asBuffer(bytes)]));
-    const image = await engine.generate({ ...request, images, signal: running.signal });
+    const onProgress = (fraction: number) => port.postMessage({ type: 'progress', fraction } satisfies ThreadReply);
+    const image = await engine.generate({ ...request, images, signal: running.signal, onProgress });
     // Encoded here, the raw pixels (megabytes a job) never reach the service's thread, whose large heap
     // each such allocation would push towards a full garbage collection; only the files cross, copied.
     reply = { type: 'done', outputs: await renderOutputs(image, limitInputPixels) };
+    onProgress(ENCODED);
   } catch (error) {
     reply = { type: 'failed', error: describeError(error) };
   } finally {

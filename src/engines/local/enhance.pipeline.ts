@@ -21,7 +21,7 @@ const ENHANCE_SHARPEN = { amount: 0.7, limit: 24 };
 
 export const enhancePipeline: Pipeline = async (ctx) => {
   const image = await ctx.image('image');
-  ctx.checkpoint();
+  ctx.checkpoint(0.2);
   const lut = levelsLut(image);
   const n = image.width * image.height;
   const c = image.channels;
@@ -38,7 +38,7 @@ export const enhancePipeline: Pipeline = async (ctx) => {
     out[i * 3 + 2] = clampByte(l + (b - l) * ENHANCE_SATURATION);
     lumaPlane[i] = clampByte(l);
   }
-  ctx.checkpoint();
+  ctx.checkpoint(0.6);
   // Unsharp mask on luma: add the (limited) difference between the luma and its blur to every channel.
   const sigma = clamp(max(image.width, image.height) / 1000, 0.8, 2.5);
   const blurred = await blurPlane({ data: lumaPlane, width: image.width, height: image.height }, sigma);

@@ -18,7 +18,7 @@ const FABRIC_REPEATS = 4;
 
 export const fabricRetexturePipeline: Pipeline = async (ctx) => {
   const [fabric, target] = await Promise.all([ctx.image('fabric'), ctx.image('target')]);
-  ctx.checkpoint();
+  ctx.checkpoint(0.2);
   const mask = await objectMask(target);
   requireCutOut(mask, 'target', 'the object to retexture (a sofa, a cushion, a garment)');
   const { left, top, right, bottom } = mask.box;
@@ -27,7 +27,7 @@ export const fabricRetexturePipeline: Pipeline = async (ctx) => {
   const tileW = round(clamp((right - left) / FABRIC_REPEATS, 16, 4096));
   const tileH = max(1, round((tileW * fabric.height) / fabric.width));
   const tile = await toRawImage(fromRaw(fabric).resize(tileW, tileH, { fit: 'fill', kernel: 'lanczos3' }));
-  ctx.checkpoint();
+  ctx.checkpoint(0.5);
 
   const { data, width, channels: c } = target;
   let sum = 0;

@@ -12,6 +12,7 @@
  *   set photographed as two pieces stays together);
  * - `auto` (fashion_swap_full): `lower` when the garment has two legs, `dress` when it is long, else `upper`.
  */
+import { PermanentEngineError } from '../engine.js';
 import { type BodyLandmarks, type BodyPart, fitPerson } from './body.js';
 import { alphaOf, applyShade, compositeOver, softShadow } from './compose.js';
 import { type Cutout, analyseObject, cutoutAt, requireCutOut } from './cutout.js';
@@ -48,13 +49,13 @@ const NEEDS: Record<GarmentRegion | 'auto', { parts: BodyPart[]; photo: string }
 
 async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): Promise<RawImage> {
   const [clothes, person] = await Promise.all([ctx.image('clothes', { alpha: true }), ctx.image('person')]);
-  ctx.checkpoint();
+  ctx.checkpoint(0.1);
   const keyOptions = { keepRatio: requested === 'lingerie' ? 0.2 : 1 };
   const [garment, seen] = await Promise.all([analyseObject(clothes, keyOptions), analysePerson(person)]);
-  ctx.checkpoint();
+  ctx.checkpoint(0.5);
   requireCutOut(garment, 'clothes', 'the garment alone');
   const { body, front, within } = await fitPerson(seen, NEEDS[requested].parts, NEEDS[requested].photo);
-  ctx.checkpoint();
+  ctx.checkpoint(0.6);
 
   const region = requested !== 'auto' ? requested : classifyGarment(garment.silhouette);
   const fit = fitGarment(garment.silhouette, region, body);
@@ -69,16 +70,16 @@ async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): P
   const width = max(1, round(garment.silhouette.width * fit.scaleX));
   const height = max(1, round(garment.silhouette.height * fit.scaleY));
   const cut = await cutoutAt(clothes, garment, width, height);
-  ctx.checkpoint();
+  ctx.checkpoint(0.75);
   const left = round(body.centreX - fit.anchorX * fit.scaleX) - cut.left;
   const top = round(fit.top) - cut.top;
-  keepWithin(cut, left, top, within, front);
+  requireGarmentShown(keepWithin(cut, left, top, within, front), NEEDS[requested].photo);
 
   // Subtle shadow cast by the garment onto the body, slightly down and to the right.
   const sigma = max(1.5, body.height * 0.007);
   const pad = ceil(sigma * 3);
   const shadow = softShadow(alphaOf(cut.image), sigma, pad);
-  ctx.checkpoint();
+  ctx.checkpoint(0.85);
   const output: RawImage = { ...person, data: Buffer.from(person.data) };
   applyShade(output, shadow, left - pad + round(body.height * 0.002), top - pad + round(body.height * 0.006), 0.35);
   compositeOver(output, cut.image, left, top);
@@ -86,9 +87,20 @@ async function tryOn(ctx: PipelineContext, requested: GarmentRegion | 'auto'): P
   return output;
 }
 
-/** Clears the garment's alpha where it would leave the person (`within`) or pass in front of them (`front`). */
-function keepWithin(cut: Cutout, left: number, top: number, within: Plane, front: Plane): void {
+/** How much of the garment is drawn: its alpha summed, as planned, on the person, and in front of nothing. */
+interface Shown {
+  planned: number;
+  onPerson: number;
+  drawn: number;
+}
+
+/**
+ * Clears the garment's alpha where it would leave the person (`within`) or pass in front of them (`front`), and
+ * says how much of it was left.
+ */
+function keepWithin(cut: Cutout, left: number, top: number, within: Plane, front: Plane): Shown {
   const { image } = cut;
+  const shown: Shown = { planned: 0, onPerson: 0, drawn: 0 };
   for (let y = 0; y < image.height; y++) {
     const outY = top + y;
     for (let x = 0; x < image.width; x++) {
@@ -99,9 +111,36 @@ function keepWithin(cut: Cutout, left: number, top: number, within: Plane, front
         continue;
       }
       const at = outY * within.width + outX;
-      image.data[a] = (image.data[a] * within.data[at] * (255 - front.data[at])) / (255 * 255);
+      const onPerson = (image.data[a] * within.data[at]) / 255;
+      shown.planned += image.data[a];
+      shown.onPerson += onPerson;
+      image.data[a] = (onPerson * (255 - front.data[at])) / 255;
+      shown.drawn += image.data[a];
     }
   }
+  return shown;
+}
+
+/** Less of the garment than this share of it, once fitted in the frame, is no try-on. */
+const MIN_SHOWN = 0.25;
+
+/**
+ * Refuses a try-on that would hand back the photo (almost) as it was: the garment, fitted where the pose model put
+ * the body, lies off the person the segmentation model outlined (the body part is hidden, or the person does not
+ * stand out from the background), or behind their arms and hair.
+ */
+function requireGarmentShown(shown: Shown, photoAdvice: string): void {
+  if (shown.drawn >= shown.planned * MIN_SHOWN && shown.planned > 0) return;
+  const cause =
+    shown.onPerson < shown.planned * MIN_SHOWN
+      ? 'where the body was found, the photo shows no person to put it on (that part of the body is hidden, ' +
+        'or the person does not stand out from what is around them)'
+      : "the person's arms or hair cover where it goes";
+  throw new PermanentEngineError(
+    'unsupported_input',
+    `The garment could not be put on the person in the person image: ${cause}. Use ${photoAdvice}, ` +
+      'the person alone and in plain view.',
+  );
 }
 
 /** The person's own pixels back where they are in front (and the garment's shadow may have fallen there). */

@@ -21,7 +21,7 @@ const FURNITURE_WIDTH_RATIO = 0.4;
 
 export const furniturePlacementPipeline: Pipeline = async (ctx) => {
   const [room, furniture] = await Promise.all([ctx.image('room'), ctx.image('furniture', { alpha: true })]);
-  ctx.checkpoint();
+  ctx.checkpoint(0.2);
   const piece = await analyseObject(furniture);
   requireCutOut(piece, 'furniture', 'the piece alone (a catalogue or studio shot)');
   const boxW = piece.box.right - piece.box.left;
@@ -40,7 +40,7 @@ export const furniturePlacementPipeline: Pipeline = async (ctx) => {
   const w = max(1, round(width));
   const h = max(1, round(height));
   const cut = await cutoutAt(furniture, piece, w, h);
-  ctx.checkpoint();
+  ctx.checkpoint(0.6);
   const boxLeft = round((room.width - w) / 2);
   const boxTop = footY - h;
 
@@ -67,7 +67,7 @@ export const furniturePlacementPipeline: Pipeline = async (ctx) => {
   const sigma = max(1, w * 0.01);
   const pad = ceil(sigma * 3);
   const contact = softShadow(band, sigma, pad);
-  ctx.checkpoint();
+  ctx.checkpoint(0.8);
   const imageLeft = boxLeft - cut.left;
   const imageTop = boxTop - cut.top;
   applyShade(output, contact, imageLeft - pad, imageTop + bandTop - pad + round(sigma), 0.55);

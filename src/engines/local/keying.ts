@@ -1,12 +1,13 @@
 /**
  * Background keying shared by every local pipeline: the background colour is estimated from the image
- * border (per-channel median of a 1% band), the background is the border-connected region close to that
+ * border (per-channel median of a 1% band; of its plain edges only when the object runs off one or two of them), the background is the border-connected region close to that
  * colour (a darker shade of it, a soft cast shadow, counts as close), and alpha gets a soft edge from the
  * colour distance. The largest connected foreground (optionally: every part at least a fraction of it) is
  * kept, so specks, dust and a separate price tag drop out, while enclosed areas that happen to be
  * background-coloured (a white print on a white shirt) stay opaque and small bites out of the outline are
  * closed. An input with its own transparency is keyed by its alpha instead. A busy border (no plain
- * background) gives an opaque, `reliable: false` result and the callers fall back.
+ * background), an object running off three or four edges, or nothing standing out gives an opaque,
+ * `reliable: false` result with its `problem`, which the callers' refusals name.
  */
 import { type Box, type Plane, type RawImage, type Rgb, clamp, clampByte } from './raw-image.js';
 
@@ -35,6 +36,8 @@ export interface KeyResult {
    * (almost nothing / almost everything). The alpha is then fully opaque and `box` the whole image.
    */
   reliable: boolean;
+  /** Why the result is not reliable. */
+  problem?: KeyProblem;
   /** Bounding box of the foreground (alpha >= 16); the whole image when unreliable. */
   box: Box;
   /** Fraction of the image covered by the opaque foreground. */
@@ -43,62 +46,122 @@ export interface KeyResult {
   fromInputAlpha: boolean;
 }
 
+/** Why a background could not be keyed out: the callers' refusals name it. */
+export type KeyProblem =
+  /** No plain colour along the edges: the background is a scene or a texture. */
+  | 'busy_background'
+  /** A plain background shows along at most one edge, or the object covers almost all of the image. */
+  | 'fills_frame'
+  /** Nothing stands out from the plain background. */
+  | 'nothing_found';
+
 interface BorderStats {
   colour: Rgb;
-  /** 90th percentile of the border pixels' distance to `colour`. */
+  /** 90th percentile of the background border pixels' distance to `colour`. */
   noise: number;
   /** Median alpha of the border (255 for RGB images). */
   alpha: number;
+  /** Set when the border shows no plain background to key by. */
+  problem?: KeyProblem;
 }
 
 const MAX_DIST = 512; // histogram bound for distance() values
+/** Plain edges whose colours differ by more than this are not the same backdrop. */
+const SIDES_AGREE = 24;
 
-/** Background colour (per-channel median) and spread of the pixels in a thin band along the image border. */
-function estimateBorder(image: RawImage): BorderStats {
+/** Pixel offsets (into the image's data) of one band along the image border, with their statistics. */
+interface Band {
+  offsets: number[];
+  colour: Rgb;
+  noise: number;
+}
+
+/**
+ * The background colour and spread along the image border (a band 1% of the short side wide). All four edges when
+ * they are plain together; otherwise the plain edges that agree on one colour, at least two of them, so that an
+ * object standing on one edge (a catalogue shot cropped at the feet) or in a corner is keyed from the others.
+ */
+function estimateBorder(image: RawImage, maxNoise: number): BorderStats {
   const { data, width, height, channels: c } = image;
   const band = max(1, round(min(width, height) * 0.01));
-  const hist = [new Uint32Array(256), new Uint32Array(256), new Uint32Array(256), new Uint32Array(256)];
-  const indices: number[] = [];
-  const visit = (x: number, y: number): void => {
-    const p = (y * width + x) * c;
-    indices.push(p);
+  const rows = (y0: number, y1: number): number[] => {
+    const offsets: number[] = [];
+    for (let y = y0; y < y1; y++) for (let x = 0; x < width; x++) offsets.push((y * width + x) * c);
+    return offsets;
+  };
+  const columns = (x0: number, x1: number): number[] => {
+    const offsets: number[] = [];
+    for (let y = band; y < height - band; y++) for (let x = x0; x < x1; x++) offsets.push((y * width + x) * c);
+    return offsets;
+  };
+  const edges = [rows(0, band), rows(height - band, height), columns(0, band), columns(width - band, width)];
+  const all = bandOf(data, edges.flat());
+  const alphaHist = new Uint32Array(256);
+  for (const p of all.offsets) alphaHist[c === 4 ? data[p + 3] : 255]++;
+  const alpha = medianOf(alphaHist, all.offsets.length);
+  if (all.noise <= maxNoise) return { colour: all.colour, noise: all.noise, alpha };
+
+  const sides = edges.filter((offsets) => offsets.length > 0).map((offsets) => bandOf(data, offsets));
+  const plain = sides.filter((side) => side.noise <= maxNoise).sort((a, b) => a.noise - b.noise);
+  if (plain.length > 0) {
+    const agreeing = plain.filter(
+      (side) => distance(side.colour.r, side.colour.g, side.colour.b, plain[0].colour) <= SIDES_AGREE,
+    );
+    if (agreeing.length >= 2) {
+      const backdrop = bandOf(
+        data,
+        agreeing.flatMap((side) => side.offsets),
+      );
+      if (backdrop.noise <= maxNoise) return { colour: backdrop.colour, noise: backdrop.noise, alpha };
+    }
+    // One plain edge: the object reaches the other three.
+    if (agreeing.length === 1) return { ...all, alpha, problem: 'fills_frame' };
+  }
+  // No plain edge at all: still a plain backdrop when most of the border is close to one colour and the rest is
+  // the object running off the edges.
+  let close = 0;
+  for (const p of all.offsets) if (distance(data[p], data[p + 1], data[p + 2], all.colour) <= PLAIN_SPREAD) close++;
+  return { ...all, alpha, problem: close >= all.offsets.length * 0.5 ? 'fills_frame' : 'busy_background' };
+}
+
+/** Border pixels within this distance of their median colour count as one plain backdrop. */
+const PLAIN_SPREAD = 16;
+
+/** Per-channel median colour and the 90th percentile distance to it of the pixels at `offsets`. */
+function bandOf(data: Buffer, offsets: number[]): Band {
+  const hist = [new Uint32Array(256), new Uint32Array(256), new Uint32Array(256)];
+  for (const p of offsets) {
     hist[0][data[p]]++;
     hist[1][data[p + 1]]++;
     hist[2][data[p + 2]]++;
-    hist[3][c === 4 ? data[p + 3] : 255]++;
-  };
-  for (let y = 0; y < height; y++) {
-    if (y < band || y >= height - band) {
-      for (let x = 0; x < width; x++) visit(x, y);
-    } else {
-      for (let x = 0; x < band; x++) visit(x, y);
-      for (let x = width - band; x < width; x++) visit(x, y);
-    }
   }
-  const median = (h: Uint32Array): number => {
-    const half = indices.length / 2;
-    let acc = 0;
-    for (let v = 0; v < 256; v++) {
-      acc += h[v];
-      if (acc >= half) return v;
-    }
-    return 255;
+  const colour = {
+    r: medianOf(hist[0], offsets.length),
+    g: medianOf(hist[1], offsets.length),
+    b: medianOf(hist[2], offsets.length),
   };
-  const colour = { r: median(hist[0]), g: median(hist[1]), b: median(hist[2]) };
   const distHist = new Uint32Array(MAX_DIST + 1);
-  for (const p of indices) {
-    distHist[min(MAX_DIST, round(distance(data[p], data[p + 1], data[p + 2], colour)))]++;
-  }
+  for (const p of offsets) distHist[min(MAX_DIST, round(distance(data[p], data[p + 1], data[p + 2], colour)))]++;
   let acc = 0;
   let noise = MAX_DIST;
   for (let d = 0; d <= MAX_DIST; d++) {
     acc += distHist[d];
-    if (acc >= indices.length * 0.9) {
+    if (acc >= offsets.length * 0.9) {
       noise = d;
       break;
     }
   }
-  return { colour, noise, alpha: median(hist[3]) };
+  return { offsets, colour, noise };
+}
+
+function medianOf(hist: Uint32Array, count: number): number {
+  const half = count / 2;
+  let acc = 0;
+  for (let v = 0; v < 256; v++) {
+    acc += hist[v];
+    if (acc >= half) return v;
+  }
+  return 255;
 }
 
 /**
@@ -122,7 +185,7 @@ function distance(r: number, g: number, b: number, bg: Rgb): number {
 export function keyBackground(image: RawImage, options: KeyOptions = {}): KeyResult {
   const { data, width, height, channels: c } = image;
   const n = width * height;
-  const border = estimateBorder(image);
+  const border = estimateBorder(image, options.maxBorderNoise ?? 48);
   const keepRatio = options.keepRatio ?? 1;
 
   // An input with its own transparency (a cut-out PNG) is keyed by that alpha.
@@ -136,9 +199,7 @@ export function keyBackground(image: RawImage, options: KeyOptions = {}): KeyRes
     return finish(alpha, kept, width, height, border.colour, true);
   }
 
-  if (border.noise > (options.maxBorderNoise ?? 48)) {
-    return opaque(width, height, border.colour);
-  }
+  if (border.problem) return opaque(width, height, border.colour, border.problem);
 
   const t0 = clamp(border.noise * 1.25 + 8, 14, 70);
   const t1 = t0 + 30;
@@ -219,18 +280,18 @@ function finish(
   let count = 0;
   for (let i = 0; i < kept.length; i++) count += kept[i];
   const coverage = count / kept.length;
-  if (coverage < 0.002 || coverage > 0.97) {
-    return opaque(width, height, background);
-  }
+  if (coverage < 0.002) return opaque(width, height, background, 'nothing_found');
+  if (coverage > 0.97) return opaque(width, height, background, 'fills_frame');
   const box = boundingBox({ data: alpha, width, height }, 16) ?? { left: 0, top: 0, right: width, bottom: height };
   return { alpha: { data: alpha, width, height }, background, reliable: true, box, coverage, fromInputAlpha };
 }
 
-function opaque(width: number, height: number, background: Rgb): KeyResult {
+function opaque(width: number, height: number, background: Rgb, problem: KeyProblem): KeyResult {
   return {
     alpha: { data: new Uint8Array(width * height).fill(255), width, height },
     background,
     reliable: false,
+    problem,
     box: { left: 0, top: 0, right: width, bottom: height },
     coverage: 1,
     fromInputAlpha: false,
@@ -385,13 +446,28 @@ function orRowsBelow(dst: Uint32Array, src: Uint32Array, offset: number): void {
   for (let i = 0; i < end; i++) dst[i] |= src[i + offset];
 }
 
-/** Morphological closing: the mask plus the concavities narrower than about 2 * radius. */
+/**
+ * Morphological closing: the mask plus the concavities narrower than about 2 * radius. Beyond the image's edges
+ * counts as background (the mask is closed inside an empty margin): otherwise the background between an object
+ * standing on an edge and that edge would be filled in.
+ */
 export function close(mask: Uint8Array, width: number, height: number, radius: number): Uint8Array {
-  const grown = dilate(mask, width, height, radius);
+  const margin = 2 * radius;
+  const paddedWidth = width + 2 * margin;
+  const paddedHeight = height + 2 * margin;
+  const padded = new Uint8Array(paddedWidth * paddedHeight);
+  for (let y = 0; y < height; y++) {
+    padded.set(mask.subarray(y * width, (y + 1) * width), (y + margin) * paddedWidth + margin);
+  }
+  const grown = dilate(padded, paddedWidth, paddedHeight, radius);
   for (let i = 0; i < grown.length; i++) grown[i] ^= 1; // complement
-  const shrunk = dilate(grown, width, height, radius);
-  for (let i = 0; i < shrunk.length; i++) shrunk[i] = (shrunk[i] ^ 1) | mask[i];
-  return shrunk;
+  const shrunk = dilate(grown, paddedWidth, paddedHeight, radius);
+  const out = new Uint8Array(mask.length);
+  for (let y = 0; y < height; y++) {
+    const from = (y + margin) * paddedWidth + margin;
+    for (let x = 0, i = y * width; x < width; x++, i++) out[i] = (shrunk[from + x] ^ 1) | mask[i];
+  }
+  return out;
 }
 
 /** Bounding box of the pixels >= threshold, or null when there are none. */

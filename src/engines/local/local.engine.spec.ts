@@ -107,6 +107,7 @@ const request = (
   images: Record<string, Buffer>,
   texts: Record<string, string> = {},
 ): EngineRequest => ({
+  jobId: 'job-1',
   tool,
   generationType,
   images,
@@ -328,6 +329,49 @@ describe('LocalEngine', () => {
       const after = raw(await sut.generate(request('default', 'enhance', { image: rotated })));
 
       expect([after.width, after.height]).toEqual([120, 200]);
+    });
+  });
+
+  describe('progress', () => {
+    it.each([
+      ['fashion_swap_half', 'upper', async () => ({ clothes: await tshirt(), person: await person() })],
+      ['fashion_card', 'product_card', async () => ({ clothes: await tshirt() })],
+      ['furniture', 'furniture_placement', async () => ({ room: await room(), furniture: await chair() })],
+      ['fabric', 'fabric_retexture', async () => ({ fabric: await fabric(), target: await cushion() })],
+      ['default', 'enhance', async () => ({ image: await dullPhoto() })],
+    ] as const)('%s / %s reports its steps rising, below 1, before its result', async (tool, type, images) => {
+      const events: (number | 'result')[] = [];
+
+      await sut.generate({ ...request(tool, type, await images()), onProgress: (fraction) => events.push(fraction) });
+      events.push('result');
+
+      const reports = events.slice(0, -1) as number[];
+      expect(events.at(-1)).toBe('result');
+      expect(reports.length).toBeGreaterThanOrEqual(3);
+      expect(reports).toEqual([...reports].sort((a, b) => a - b));
+      expect(new Set(reports).size).toBe(reports.length);
+      expect(reports[0]).toBeGreaterThan(0);
+      expect(reports.at(-1)).toBeLessThan(1);
+    });
+
+    it('reports nothing past the step at which a cancelled job stopped', async () => {
+      const controller = new AbortController();
+      const reports: number[] = [];
+      const onProgress = (fraction: number) => {
+        reports.push(fraction);
+        controller.abort(new Error('canceled'));
+      };
+
+      const failure = await sut
+        .generate({
+          ...request('fashion_card', 'product_card', { clothes: await tshirt() }),
+          signal: controller.signal,
+          onProgress,
+        })
+        .catch((error: unknown) => error);
+
+      expect(failure).toEqual(new Error('canceled'));
+      expect(reports).toHaveLength(1);
     });
   });
 

@@ -8,7 +8,7 @@ import {
   lingerieSwapPipeline,
 } from './fashion-swap.pipeline.js';
 import { furniturePlacementPipeline } from './furniture.pipeline.js';
-import type { Pipeline, PipelineContext } from './pipeline.js';
+import { PIPELINE_DONE, type Pipeline, type PipelineContext } from './pipeline.js';
 import { productCardPipeline } from './product-card.pipeline.js';
 import { MAX_INPUT_PIXELS, type RawImage, checkAborted, decodeImage, toRgb } from './raw-image.js';
 
@@ -30,7 +30,8 @@ export interface LocalEngineOptions {
 
 /**
  * The `local` engine: deterministic sharp pipelines, one per tool, dispatched on `request.tool` and
- * `request.generationType` (see {@link LOCAL_PIPELINES}). Returns raw RGB pixels for the caller to encode.
+ * `request.generationType` (see {@link LOCAL_PIPELINES}). Returns raw RGB pixels for the caller to encode, having
+ * reported its steps through `request.onProgress` up to {@link PIPELINE_DONE}.
  */
 export class LocalEngine implements Engine {
   private readonly limitInputPixels: number;
@@ -55,6 +56,7 @@ export class LocalEngine implements Engine {
     const pipeline = LOCAL_PIPELINES[request.tool][request.generationType];
     const result = toRgb(await pipeline(this.context(request)));
     checkAborted(request.signal);
+    request.onProgress?.(PIPELINE_DONE);
     return { kind: 'raw', data: result.data, width: result.width, height: result.height, channels: 3 };
   }
 
@@ -70,8 +72,9 @@ export class LocalEngine implements Engine {
         }
         return decodeImage(input, name, { alpha: options.alpha ?? false, limitInputPixels });
       },
-      checkpoint(): void {
+      checkpoint(done: number): void {
         checkAborted(request.signal);
+        request.onProgress?.(done);
       },
     };
   }

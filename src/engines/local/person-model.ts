@@ -121,7 +121,15 @@ async function poseOf(model: GraphModel, image: RawImage): Promise<Record<Keypoi
 }
 
 async function maskOf(model: GraphModel, image: RawImage): Promise<Plane> {
-  const input = await toRawImage(fromRaw(image).removeAlpha().resize(MASK_SIZE, MASK_SIZE, { fit: 'fill' }));
+  // A tall photo is stretched to the model's square, which widens its people, and the model sees them well. A wide
+  // one squeezed so would make its people (two side by side, say) too thin for the model to see anyone: it is
+  // letterboxed instead (top-left, black padding), and the padding cut off again below.
+  const wide = image.width > image.height;
+  const input = await toRawImage(
+    fromRaw(image)
+      .removeAlpha()
+      .resize(MASK_SIZE, MASK_SIZE, { fit: wide ? 'contain' : 'fill', position: 'left top', background: '#000000' }),
+  );
   const scaled = new Float32Array(input.data.length);
   for (let i = 0; i < scaled.length; i++) scaled[i] = input.data[i] / 255;
   const output = tf.tidy(() => model.execute(tf.tensor(scaled, [1, MASK_SIZE, MASK_SIZE, 3])));
@@ -129,7 +137,10 @@ async function maskOf(model: GraphModel, image: RawImage): Promise<Plane> {
   tf.dispose(output);
   const small = new Uint8Array(MASK_SIZE * MASK_SIZE);
   for (let i = 0; i < small.length; i++) small[i] = round(probabilities[i] * 255);
+  const photoHeight = wide ? max(1, round((MASK_SIZE * image.height) / image.width)) : MASK_SIZE;
   return toPlane(
-    fromRaw({ data: small, width: MASK_SIZE, height: MASK_SIZE }).resize(image.width, image.height, { fit: 'fill' }),
+    fromRaw({ data: small, width: MASK_SIZE, height: MASK_SIZE })
+      .extract({ left: 0, top: 0, width: MASK_SIZE, height: photoHeight })
+      .resize(image.width, image.height, { fit: 'fill' }),
   );
 }

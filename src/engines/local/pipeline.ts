@@ -11,9 +11,15 @@ export interface PipelineContext {
   image(name: string, options?: { alpha?: boolean }): Promise<RawImage>;
   /** The configured input pixel limit. */
   readonly limitInputPixels: number;
-  /** Throws when the job was cancelled: call between steps. */
-  checkpoint(): void;
+  /**
+   * Call between steps: throws when the job was cancelled, and reports `done` (the share of the job behind it, below
+   * {@link PIPELINE_DONE}) as the job's progress.
+   */
+  checkpoint(done: number): void;
 }
 
 /** One tool's image processing: inputs in, one raw image out (RGB or RGBA; the engine hands back RGB). */
 export type Pipeline = (context: PipelineContext) => Promise<RawImage>;
+
+/** The progress a pipeline reaches as it hands back its image; the rest is the result's conversion and encoding. */
+export const PIPELINE_DONE = 0.9;

@@ -20,7 +20,7 @@ const CARD_BOTTOM = { r: 234, g: 232, b: 228 };
 
 export const productCardPipeline: Pipeline = async (ctx) => {
   const clothes = await ctx.image('clothes', { alpha: true });
-  ctx.checkpoint();
+  ctx.checkpoint(0.2);
   const garment = await analyseObject(clothes);
   requireCutOut(garment, 'clothes', 'the garment alone (a flat lay or a studio shot)');
   const boxW = garment.box.right - garment.box.left;
@@ -49,7 +49,7 @@ export const productCardPipeline: Pipeline = async (ctx) => {
     cutoutAt(clothes, garment, width, height),
     garment.reliable ? Promise.resolve(shade(garment.silhouette, boxLeft, boxTop, width, height)) : undefined,
   ]);
-  ctx.checkpoint();
+  ctx.checkpoint(0.8);
   const left = boxLeft - cut.left;
   const top = boxTop - cut.top;
   if (!garment.reliable) shade(alphaOf(cut.image), left, top);

@@ -1,6 +1,13 @@
 import { Worker } from 'node:worker_threads';
 import type { Engine, EngineImage, EngineRequest } from '../engine.js';
-import { type ThreadMessage, type ThreadReply, asBuffer, describeError, errorFrom } from './engine-thread.protocol.js';
+import {
+  type JobMessage,
+  type ThreadMessage,
+  type ThreadReply,
+  asBuffer,
+  describeError,
+  errorFrom,
+} from './engine-thread.protocol.js';
 import { checkAborted } from './raw-image.js';
 
 /**
@@ -68,11 +75,16 @@ export class ThreadedLocalEngine implements Engine {
 class EngineThread {
   alive = true;
   private readonly worker: Worker;
-  private pending?: { resolve: (image: EngineImage) => void; reject: (error: Error) => void };
+  private pending?: {
+    resolve: (image: EngineImage) => void;
+    reject: (error: Error) => void;
+    onProgress?: (fraction: number) => void;
+  };
 
   constructor(limitInputPixels: number) {
     this.worker = new Worker(new URL('./engine-thread.js', import.meta.url), { workerData: { limitInputPixels } });
     this.worker.on('message', (reply: ThreadReply) => {
+      if (reply.type === 'progress') return this.pending?.onProgress?.(reply.fraction);
       const pending = this.pending;
       this.pending = undefined;
       if (reply.type === 'failed') return pending?.reject(errorFrom(reply.error));
@@ -85,7 +97,15 @@ class EngineThread {
   }
 
   run(request: EngineRequest): Promise<EngineImage> {
-    const { signal, ...job } = request;
+    const { signal, onProgress } = request;
+    // Only data crosses to the thread: the signal and the progress callback stay here (see JobMessage).
+    const job: JobMessage['request'] = {
+      jobId: request.jobId,
+      tool: request.tool,
+      generationType: request.generationType,
+      images: request.images,
+      texts: request.texts,
+    };
     return new Promise<EngineImage>((resolve, reject) => {
       if (!this.alive) return reject(new Error('the engine thread has stopped'));
       if (signal?.aborted) return reject(signal.reason as Error);
@@ -95,6 +115,7 @@ class EngineThread {
       this.pending = {
         resolve: (image) => (settled(), resolve(image)),
         reject: (error) => (settled(), reject(error)),
+        onProgress,
       };
       this.post({ type: 'job', request: job });
     });
