@@ -98,7 +98,7 @@ interface Shown {
  * Clears the garment's alpha where it would leave the person (`within`) or pass in front of them (`front`), and
  * says how much of it was left.
  */
-function keepWithin(cut: Cutout, left: number, top: number, within: Plane, front: Plane): Shown {
+export function keepWithin(cut: Cutout, left: number, top: number, within: Plane, front: Plane): Shown {
   const { image } = cut;
   const shown: Shown = { planned: 0, onPerson: 0, drawn: 0 };
   for (let y = 0; y < image.height; y++) {
@@ -129,7 +129,7 @@ const MIN_SHOWN = 0.25;
  * the body, lies off the person the segmentation model outlined (the body part is hidden, or the person does not
  * stand out from the background), or behind their arms and hair.
  */
-function requireGarmentShown(shown: Shown, photoAdvice: string): void {
+export function requireGarmentShown(shown: Shown, photoAdvice: string): void {
   if (shown.drawn >= shown.planned * MIN_SHOWN && shown.planned > 0) return;
   const cause =
     shown.onPerson < shown.planned * MIN_SHOWN
