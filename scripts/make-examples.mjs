@@ -8,16 +8,8 @@
  *
  *   node scripts/make-examples.mjs
  *
- * It first compiles only the local engine's files (the rest of src need not compile) with
- *
- *   node_modules/.bin/tsc --outDir node_modules/.cache/local-engine --rootDir src --module nodenext \
- *     --moduleResolution nodenext --target es2023 --lib es2023 --types node --skipLibCheck \
- *     src/engines/local/index.ts
- *
- * and imports node_modules/.cache/local-engine/engines/local/index.js. To use an engine compiled
- * elsewhere (e.g. the full `dist/` build) skip that step and point at its local/ directory:
- *
- *   node scripts/make-examples.mjs --no-build --engine dist/engines/local
+ * It builds the service (`tsc -p tsconfig.json`) and runs the engine through its entry point, dist/engines/index.js,
+ * as the worker does; `--no-build` uses the dist/ already there.
  *
  * Output: docs/examples/<example>/input-<name>.jpg, output.jpg (or error.json) and docs/examples/README.md.
  * Deterministic.
@@ -31,39 +23,13 @@ import sharp from 'sharp';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
-const engineArg = args.indexOf('--engine');
-const buildDir = path.join(root, 'node_modules/.cache/local-engine');
-const engineDir =
-  engineArg >= 0 ? path.resolve(root, args[engineArg + 1]) : path.join(buildDir, 'engines/local');
 const outRoot = path.join(root, 'docs/examples');
 const JPEG = { quality: 85, mozjpeg: true };
 
 if (!args.includes('--no-build')) {
-  execFileSync(
-    path.join(root, 'node_modules/.bin/tsc'),
-    [
-      '--outDir',
-      buildDir,
-      '--rootDir',
-      'src',
-      '--module',
-      'nodenext',
-      '--moduleResolution',
-      'nodenext',
-      '--target',
-      'es2023',
-      '--lib',
-      'es2023',
-      '--types',
-      'node',
-      '--skipLibCheck',
-      '--strict',
-      'src/engines/local/index.ts',
-    ],
-    { cwd: root, stdio: 'inherit' },
-  );
+  execFileSync(path.join(root, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: root, stdio: 'inherit' });
 }
-const { LocalEngine } = await import(pathToFileURL(path.join(engineDir, 'index.js')).href);
+const { LocalEngine } = await import(pathToFileURL(path.join(root, 'dist/engines/index.js')).href);
 
 // ---------------------------------------------------------------------------------------------------------
 // Synthetic inputs
