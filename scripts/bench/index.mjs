@@ -23,6 +23,7 @@ const BENCHES = {
   history: () => import('./benches/history.mjs'),
   push: () => import('./benches/push.mjs'),
   person: () => import('./benches/person.mjs'),
+  remote: () => import('./benches/remote.mjs'),
   frontend: () => import('./benches/frontend.mjs'),
   load: () => import('./load.mjs'),
 };

@@ -739,3 +739,34 @@ export function record(bench, figure, value, display, target) {
   log(`  => ${figure}: ${display}${target ? `  (target ${target.text})` : ''}${mark}`);
   return row;
 }
+
+/**
+ * Follows `GET /user/events` (the caller's every item change) and calls `onItem(item, receivedAt)` for each `item`
+ * event. Resolves once the stream is open, with a function that closes it.
+ */
+export function followUserEvents(baseUrl, authorization, onItem) {
+  return new Promise((resolve, reject) => {
+    const req = http.get(
+      `${baseUrl}/user/events`,
+      { headers: { Authorization: authorization }, agent: false },
+      (res) => {
+        if (res.statusCode !== 200) return reject(new Error(`GET /user/events answered ${res.statusCode}`));
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk) => {
+          const receivedAt = Date.now();
+          text += chunk;
+          let end;
+          while ((end = text.indexOf('\n\n')) >= 0) {
+            const event = text.slice(0, end);
+            text = text.slice(end + 2);
+            const data = /^data: (.*)$/m.exec(event);
+            if (/^event: item$/m.test(event) && data) onItem(JSON.parse(data[1]), receivedAt);
+          }
+        });
+        resolve(() => req.destroy());
+      },
+    );
+    req.on('error', reject);
+  });
+}

@@ -1,0 +1,149 @@
+/**
+ * remote: what the service adds around a model server, measured against a stand-in GPU
+ * (baselines/model-server.mjs: Cog's protocol, 100 ms a prediction, 4 at once) routed with the `cog` kind and
+ * `concurrency: 4`. One API process and one worker; 1024 px inputs and outputs.
+ *
+ * 1. Throughput: jobs kept coming (32 in flight, so the queue is never empty) for 12 s after a 3 s warm-up; jobs/s
+ *    against the server's own capacity (4 / 100 ms = 40/s). The service must never starve the GPU (>= 0.9).
+ * 2. The service's own time per remote job, one job at a time: submit-to-client minus the model's 100 ms, p50,
+ *    split into its parts: the upload's answer, from the item's creation to the model server receiving the
+ *    prediction (queue, slot, inputs read, request sent), from the model's answer to the commit that completes the
+ *    item (output decoded and verified, stock and preview encoded and stored), and from that commit to the client's
+ *    stream event.
+ */
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  createBenchEnv,
+  createUserWithKey,
+  fmtMs,
+  followUserEvents,
+  keepAliveAgent,
+  log,
+  makePhoto,
+  multipartBody,
+  record,
+  requestJson,
+  ROOT,
+  sleep,
+  summarize,
+} from '../lib.mjs';
+
+const MODEL_MS = 100;
+const SLOTS = 4;
+const CAPACITY_PER_S = (SLOTS * 1000) / MODEL_MS;
+const IN_FLIGHT = 32;
+const WARMUP_MS = 3000;
+const WINDOW_MS = 12_000;
+const SEQUENTIAL_JOBS = 25;
+
+export const description =
+  'remote engine: jobs/s through the service against a stand-in GPU (Cog protocol, 100 ms, 4 at once) at 1024 px, and the service’s own time per remote job with its parts';
+
+export async function run() {
+  const env = await createBenchEnv('remote');
+  const agent = keepAliveAgent(64);
+  const model = await env.startScript(join(ROOT, 'scripts/bench/baselines/model-server.mjs'), {
+    MODEL_MS: String(MODEL_MS),
+    SLOTS: String(SLOTS),
+  });
+  const enginesFile = join(env.dataDir, 'engines.yaml');
+  await writeFile(
+    enginesFile,
+    `engines:\n  gpu:\n    kind: cog\n    url: ${model.baseUrl}\n    concurrency: ${SLOTS}\n    timeout: 1m\n` +
+      'routes:\n  fashion_card:\n    engine: gpu\n    inputs: { clothes: image }\n',
+  );
+  const settings = {
+    ENGINES_FILE: enginesFile,
+    LIMIT_MAX_PENDING: '1000000',
+    LIMIT_CREATIONS_PER_MINUTE: '1000000',
+  };
+  const api = await env.startService({ ROLE: 'api', ...settings });
+  await env.startService({ ROLE: 'worker', ...settings });
+  const { authorization } = await createUserWithKey(env.databaseUrl);
+  const clothes = await makePhoto('clothes', 1024, 1024);
+  const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
+
+  const waiting = new Map();
+  const finished = [];
+  const closeStream = await followUserEvents(api.baseUrl, authorization, (item, receivedAt) => {
+    if (item.status === 'pending') return;
+    finished.push({ item, receivedAt });
+    waiting.get(item.history_item_id)?.({ item, receivedAt });
+  });
+  const submit = async () => {
+    const sentAt = Date.now();
+    const post = await requestJson(agent, {
+      url: `${api.baseUrl}/generation/generate_image_v2/`,
+      method: 'POST',
+      headers: { Authorization: authorization, 'Content-Type': form.contentType },
+      body: form.body,
+    });
+    if (post.status !== 202) throw new Error(`POST answered ${post.status} ${post.body}`);
+    return { id: post.json.history_item_id, sentAt, acceptedAt: Date.now() };
+  };
+  const ended = (id) => new Promise((resolve) => waiting.set(id, resolve));
+
+  try {
+    // 2. One job at a time, after a warm-up (engine connection, first schema read).
+    const parts = { upload: [], toModel: [], afterModel: [], toClient: [], own: [] };
+    for (let i = 0; i < SEQUENTIAL_JOBS + 3; i++) {
+      const { id, sentAt, acceptedAt } = await submit();
+      const done = ended(id);
+      const { item, receivedAt } = await done;
+      if (item.status !== 'complete') throw new Error(`job ${id} ended ${item.status}: ${JSON.stringify(item.error)}`);
+      if (i < 3) continue;
+      const { json } = await requestJson(agent, { url: `${model.baseUrl}/log` });
+      const run = json.log.find((entry) => entry.id === id);
+      const createdAt = Date.parse(item.created_at);
+      const completedAt = Date.parse(item.completed_at);
+      parts.upload.push(acceptedAt - sentAt);
+      parts.toModel.push(run.receivedAt - createdAt);
+      parts.afterModel.push(completedAt - run.answeredAt);
+      parts.toClient.push(receivedAt - completedAt);
+      parts.own.push(receivedAt - sentAt - (run.answeredAt - run.receivedAt));
+    }
+    const p50 = (values) => summarize(values).p50;
+    record(
+      'remote',
+      'service time per remote job (submit to client event, minus the model), p50',
+      p50(parts.own),
+      `${fmtMs(p50(parts.own))}: upload answered ${fmtMs(p50(parts.upload))}, created to model ${fmtMs(p50(parts.toModel))}, model answer to complete ${fmtMs(p50(parts.afterModel))}, complete to client ${fmtMs(p50(parts.toClient))}`,
+    );
+
+    // 1. Throughput with the queue never empty.
+    let submitted = 0;
+    let stop = false;
+    const submitters = Array.from({ length: IN_FLIGHT }, async () => {
+      while (!stop) {
+        const { id } = await submit();
+        submitted++;
+        await ended(id);
+      }
+    });
+    await sleep(WARMUP_MS);
+    const windowStart = Date.now();
+    const before = finished.length;
+    await sleep(WINDOW_MS);
+    const completedInWindow = finished.slice(before).filter(({ item }) => item.status === 'complete').length;
+    const failed = finished.filter(({ item }) => item.status !== 'complete').length;
+    stop = true;
+    await Promise.all(submitters);
+    const jobsPerSecond = completedInWindow / ((Date.now() - windowStart) / 1000);
+    const { json: served } = await requestJson(agent, { url: `${model.baseUrl}/log` });
+    log(
+      `  ${submitted} jobs submitted, ${completedInWindow} complete in the ${WINDOW_MS / 1000} s window, ${failed} failed; ` +
+        `the model server refused ${served.busyRefusals} predictions as busy (more than ${SLOTS} at once)`,
+    );
+    record(
+      'remote',
+      `jobs/s through the service / the model server's capacity (${CAPACITY_PER_S}/s)`,
+      jobsPerSecond / CAPACITY_PER_S,
+      `${(jobsPerSecond / CAPACITY_PER_S).toFixed(2)} (${jobsPerSecond.toFixed(1)} jobs/s)`,
+      { op: '>=', value: 0.9, text: '>= 0.9' },
+    );
+  } finally {
+    closeStream();
+    await env.dispose();
+  }
+}
