@@ -24,8 +24,12 @@ import {
 const SOCKET_WAIT_MS = 2_000;
 /** Between lookups of a prompt over HTTP while the socket is open: a safety net for a lost message. */
 const POLL_OPEN_MS = 5_000;
-/** Between lookups while the socket is closed, or once the prompt said it ended and its history is awaited. */
-const POLL_CLOSED_MS = 500;
+/**
+ * Between lookups while the socket is closed, or while following a prompt an earlier attempt queued (its messages go
+ * to that attempt's process).
+ */
+const POLL_BLIND_MS = 500;
+/** Between lookups once the prompt said it ended and its history is awaited. */
 const POLL_ENDING_MS = 100;
 /** Lookups that fail in a row (each already tried 3 times) before the attempt gives up and is retried. */
 const LOOKUP_FAILURES_ALLOWED = 5;
@@ -144,7 +148,7 @@ export class ComfyEngine implements Engine {
     active: { promptId?: string },
   ): Promise<{ kind: 'finished'; entry: HistoryEntry } | { kind: 'again'; run: number }> {
     active.promptId = recorded.promptId;
-    const found = await this.follow(recorded.promptId, request);
+    const found = await this.follow(recorded.promptId, request, false);
     if (found.kind === 'finished') return found;
     return { kind: 'again', run: recorded.queued ? recorded.run + 1 : recorded.run };
   }
@@ -180,7 +184,7 @@ export class ComfyEngine implements Engine {
     const queued = typeof answer?.prompt_id === 'string' ? answer.prompt_id : promptId;
     active.promptId = queued;
     await request.runs?.remember(encodeRun({ promptId: queued, run, queued: true }));
-    const found = await this.follow(queued, request);
+    const found = await this.follow(queued, request, true);
     return found.kind === 'finished' ? found : { kind: 'gone' };
   }
 
@@ -221,7 +225,11 @@ export class ComfyEngine implements Engine {
    * Waits for the prompt to end: the socket's messages give progress and the end; lookups over HTTP find the end when
    * the socket was down or reconnected, and find the prompt gone when the server restarted without it.
    */
-  private follow(promptId: string, request: EngineRequest): Promise<Whereabouts & { kind: 'finished' | 'gone' }> {
+  private follow(
+    promptId: string,
+    request: EngineRequest,
+    queuedHere: boolean,
+  ): Promise<Whereabouts & { kind: 'finished' | 'gone' }> {
     const { signal, onProgress } = request;
     const progress = new PromptProgress(this.nodeCount);
     return new Promise((resolve, reject) => {
@@ -241,7 +249,7 @@ export class ComfyEngine implements Engine {
       const schedule = () => {
         if (settled) return;
         clearTimeout(timer);
-        const delay = ending ? POLL_ENDING_MS : this.server.socket.isOpen ? POLL_OPEN_MS : POLL_CLOSED_MS;
+        const delay = ending ? POLL_ENDING_MS : queuedHere && this.server.socket.isOpen ? POLL_OPEN_MS : POLL_BLIND_MS;
         timer = setTimeout(() => void lookUp(), delay);
       };
       const lookUp = async () => {
@@ -290,7 +298,11 @@ export class ComfyEngine implements Engine {
       const aborted = () => settle(() => reject(signal!.reason as Error));
       if (signal?.aborted) return reject(signal.reason as Error);
       signal?.addEventListener('abort', aborted, { once: true });
-      const unsubscribe = this.server.socket.subscribe(promptId, { message, reconnected: () => void lookUp() });
+      const unsubscribe = this.server.socket.subscribe(promptId, {
+        message,
+        reconnected: () => void lookUp(),
+        dropped: schedule,
+      });
       void lookUp();
     });
   }

@@ -19,6 +19,8 @@ export interface PromptListener {
    * prompt up over HTTP.
    */
   reconnected(): void;
+  /** The socket closed: until it reopens, the listener looks its prompt up over HTTP more often. */
+  dropped(): void;
 }
 
 /**
@@ -119,6 +121,7 @@ export class ComfySocket {
       if (this.socket !== socket) return;
       this.socket = undefined;
       if (this.closed) return;
+      for (const set of this.listeners.values()) for (const listener of set) listener.dropped();
       const delay = Math.min(RECONNECT_BASE_MS * 2 ** this.failures, RECONNECT_MAX_MS);
       this.failures++;
       this.retryTimer = setTimeout(() => {
