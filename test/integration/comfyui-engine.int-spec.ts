@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import sharp from 'sharp';
+import sharp, { type Metadata } from 'sharp';
 import type { ComfyRoute, ComfyServerSetting, ComfyWorkflow } from '../../src/config/engine-settings.js';
 import {
   PermanentEngineError,
@@ -74,7 +74,7 @@ async function request(extra: Partial<EngineRequest> = {}): Promise<EngineReques
   };
 }
 
-async function decoded(image: EngineImage): Promise<sharp.Metadata> {
+async function decoded(image: EngineImage): Promise<Metadata> {
   if (image.kind !== 'encoded') throw new Error(`expected an encoded image, got ${image.kind}`);
   return sharp(image.data).metadata();
 }

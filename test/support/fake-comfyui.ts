@@ -457,7 +457,7 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
           node_errors: {},
         });
       }
-      let promptId = randomUUID();
+      let promptId: string = randomUUID();
       if (body.prompt_id !== undefined && body.prompt_id !== null) {
         if (typeof body.prompt_id !== 'string' || !UUID.test(body.prompt_id)) {
           return json(response, 400, {

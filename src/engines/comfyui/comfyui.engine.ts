@@ -308,26 +308,31 @@ export class ComfyEngine implements Engine {
   }
 
   /**
-   * Queue first, history second: ComfyUI moves a finished prompt from the one to the other at once, so a prompt in
-   * neither was lost (the server restarted).
+   * History, then queue, then history again: ComfyUI moves a finished prompt from its queue to its history at once, so
+   * a prompt in neither was lost (the server restarted). A finished prompt, the usual case, takes one request.
    */
   private async whereabouts(promptId: string, signal: AbortSignal | undefined): Promise<Whereabouts> {
-    const { http } = this.server;
-    const queue = await http.json<{ queue_running?: unknown; queue_pending?: unknown }>({
+    const finished = await this.history(promptId, signal);
+    if (finished) return finished;
+    const queue = await this.server.http.json<{ queue_running?: unknown; queue_pending?: unknown }>({
       method: 'GET',
       path: '/queue',
       maxBytes: QUEUE_MAX_BYTES,
       signal,
     });
     if (queued(queue.queue_running, promptId) || queued(queue.queue_pending, promptId)) return { kind: 'active' };
-    const history = await http.json<Record<string, HistoryEntry | undefined>>({
+    return (await this.history(promptId, signal)) ?? { kind: 'gone' };
+  }
+
+  private async history(promptId: string, signal: AbortSignal | undefined): Promise<Whereabouts | undefined> {
+    const history = await this.server.http.json<Record<string, HistoryEntry | undefined>>({
       method: 'GET',
       path: `/history/${encodeURIComponent(promptId)}`,
       maxBytes: HISTORY_MAX_BYTES,
       signal,
     });
     const entry = history[promptId];
-    return entry ? { kind: 'finished', entry } : { kind: 'gone' };
+    return entry ? { kind: 'finished', entry } : undefined;
   }
 
   /** The output node's first image, read with `GET /view`; a failed or interrupted prompt fails the job. */
