@@ -22,6 +22,7 @@ const BENCHES = {
   'upload-rss': () => import('./benches/upload-rss.mjs'),
   history: () => import('./benches/history.mjs'),
   push: () => import('./benches/push.mjs'),
+  comfyui: () => import('./benches/comfyui.mjs'),
   person: () => import('./benches/person.mjs'),
   remote: () => import('./benches/remote.mjs'),
   frontend: () => import('./benches/frontend.mjs'),

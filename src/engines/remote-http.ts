@@ -43,6 +43,8 @@ export interface RemoteRequest {
   signal?: AbortSignal;
   /** Retry transient failures (default true). Off for requests that must not be repeated blindly. */
   retry?: boolean;
+  /** Failed statuses whose answer the caller reads itself (e.g. a validation error's details) instead of an error. */
+  accept?: readonly number[];
 }
 
 /** A model server's HTTP API, with the limits and retries every kind shares. */
@@ -133,6 +135,7 @@ export class RemoteHttp {
       { method: request.method, headers, body },
       request.signal,
       `${request.method} ${request.path}`,
+      request.accept,
     );
     const data = await readBody(response, request.maxBytes ?? 1024 * 1024, () =>
       engineFailed(`${this.options.what} answer to ${request.method} ${request.path} is too large`),
@@ -149,13 +152,14 @@ export class RemoteHttp {
     init: RequestInit,
     callerSignal: AbortSignal | undefined,
     what: string,
+    accept: readonly number[] = [],
   ): Promise<{ response: Response }> {
     const timeout = AbortSignal.timeout(this.options.requestTimeoutMs);
     const signal = callerSignal ? AbortSignal.any([timeout, callerSignal]) : timeout;
     const label = `${this.options.what} ${what} (${describeUrl(url)})`;
     try {
       const response = await fetch(url, { ...init, signal });
-      if (!response.ok) {
+      if (!response.ok && !accept.includes(response.status)) {
         const detail = errorDetail(await readBody(response, ERROR_BODY_MAX_BYTES, () => undefined));
         throw httpError(response.status, label, detail);
       }

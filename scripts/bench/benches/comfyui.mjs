@@ -1,0 +1,191 @@
+/**
+ * comfyui: the comfyui engine kind against the fake ComfyUI server (test/support/fake-comfyui.ts, bundled here with
+ * esbuild), the service built and spawned as everywhere else.
+ *
+ * 1. Progress latency: from the fake's websocket `progress` message to the client's event stream carrying the item's
+ *    new progress. The fake sends at most two a second, so the worker's throttle is not what is measured.
+ * 2. Throughput: a fake with 4 slots and 100 ms per prompt (40 prompts/s at most), `concurrency: 4` in the routing
+ *    file, 200 jobs queued before the worker starts: jobs completed per second over the server's capacity.
+ */
+import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { TextDecoderStream } from 'node:stream/web';
+import { build } from 'esbuild';
+import {
+  createBenchEnv,
+  createUserWithKey,
+  fmtMs,
+  keepAliveAgent,
+  log,
+  makePhoto,
+  multipartBody,
+  record,
+  requestJson,
+  ROOT,
+  sleep,
+  summarize,
+} from '../lib.mjs';
+
+const PROGRESS_JOBS = 3;
+const PROGRESS_STEPS = 10;
+/** The fake's sampler step: two progress messages a second, the service's own limit per job. */
+const PROGRESS_STEP_MS = 500;
+const THROUGHPUT_JOBS = 200;
+const SLOTS = 4;
+const PROMPT_MS = 100;
+
+export const description =
+  'comfyui kind vs a fake ComfyUI: websocket progress to the client stream (p50), and jobs/s through 4 slots of 100 ms over the capacity';
+
+export async function run() {
+  const { startFakeComfy } = await loadFake();
+  const env = await createBenchEnv('comfyui');
+  const agent = keepAliveAgent(64);
+  const fake = await startFakeComfy({ steps: PROGRESS_STEPS, stepMs: PROGRESS_STEP_MS, nodeMs: 1, slots: SLOTS });
+  try {
+    const folder = join(env.dataDir, 'engines');
+    await mkdir(join(folder, 'workflows'), { recursive: true });
+    await copyFile(join(ROOT, 'docs/examples/engines/workflows/img2img.json'), join(folder, 'workflows/img2img.json'));
+    await writeFile(join(folder, 'engines.yaml'), routingFile(fake.url));
+    const settings = {
+      ENGINES_FILE: join(folder, 'engines.yaml'),
+      LIMIT_MAX_PENDING: '100000',
+      LIMIT_CREATIONS_PER_MINUTE: '100000',
+    };
+    const api = await env.startService({ ROLE: 'api', ...settings });
+    const { authorization } = await createUserWithKey(env.databaseUrl);
+    const photo = await makePhoto('product', 256, 256);
+    const submit = async () => {
+      const form = multipartBody({ tool: 'default', prompt: 'sharper', image: { data: photo, filename: 'image.jpg' } });
+      const { status, json } = await requestJson(agent, {
+        url: `${api.baseUrl}/generation/generate_image_v2/`,
+        method: 'POST',
+        headers: { authorization, 'content-type': form.contentType },
+        body: form.body,
+      });
+      if (status !== 202) throw new Error(`job creation answered ${status}: ${JSON.stringify(json)}`);
+      return json.history_item_id;
+    };
+    const promptOf = (id) => fake.prompts.find(({ prompt }) => String(prompt['2'].inputs.image).startsWith(id));
+
+    // 1. Progress latency.
+    const worker = await env.startService({ ROLE: 'worker', ...settings });
+    const latencies = [];
+    for (let i = 0; i < PROGRESS_JOBS; i++) {
+      const id = await submit();
+      const received = await progressEvents(`${api.baseUrl}/user/generation-history/${id}/events`, authorization);
+      const { promptId } = promptOf(id);
+      const sent = fake.progressSent.filter((message) => message.promptId === promptId);
+      for (const at of received) {
+        const cause = sent.filter((message) => message.at <= at).at(-1);
+        if (cause) latencies.push(at - cause.at);
+      }
+    }
+    const progress = summarize(latencies);
+    log(`  progress events matched: ${progress.n} over ${PROGRESS_JOBS} jobs of ${PROGRESS_STEPS} steps`);
+    record('comfyui', 'ws progress -> client stream, p50', progress.p50, fmtMs(progress.p50), {
+      op: '<=',
+      value: 30,
+      text: '<= 30 ms',
+    });
+    await worker.stop();
+
+    // 2. Throughput through 4 slots of 100 ms.
+    Object.assign(fake.switches, { steps: 1, stepMs: PROMPT_MS - 2, nodeMs: 0 });
+    const ids = [];
+    for (let i = 0; i < THROUGHPUT_JOBS; i++) ids.push(await submit());
+    await env.startService({ ROLE: 'worker', ...settings });
+    const completedAt = [];
+    for (const id of ids) {
+      for (;;) {
+        const { json: body } = await requestJson(agent, {
+          url: `${api.baseUrl}/user/generation-history/${id}`,
+          headers: { authorization, prefer: 'wait=30' },
+        });
+        if (body.status === 'complete') {
+          completedAt.push(Date.parse(body.completed_at));
+          break;
+        }
+        if (body.status !== 'pending') throw new Error(`job ${id} ended ${body.status}: ${JSON.stringify(body.error)}`);
+      }
+    }
+    completedAt.sort((a, b) => a - b);
+    // The middle 80% of completions: the worker's start and the last jobs' tail are not the steady state.
+    const first = Math.floor(THROUGHPUT_JOBS * 0.1);
+    const last = Math.ceil(THROUGHPUT_JOBS * 0.9) - 1;
+    const rate = ((last - first) * 1000) / (completedAt[last] - completedAt[first]);
+    const capacity = (SLOTS * 1000) / PROMPT_MS;
+    log(`  ${rate.toFixed(1)} jobs/s against a capacity of ${capacity} prompts/s; most in flight ${fake.maxInFlight}`);
+    record('comfyui', 'jobs/s over server capacity (4 x 100 ms)', rate / capacity, (rate / capacity).toFixed(2), {
+      op: '>=',
+      value: 0.9,
+      text: '>= 0.9',
+    });
+  } finally {
+    await fake.close();
+    await env.dispose();
+    agent.destroy();
+  }
+}
+
+function routingFile(url) {
+  return `engines:
+  comfy:
+    kind: comfyui
+    url: ${url}
+    concurrency: ${SLOTS}
+routes:
+  default:
+    engine: comfy
+    workflow: workflows/img2img.json
+    inputs:
+      image: { node: "2" }
+      prompt: { node: "4", input: text }
+    output: { node: "8" }
+    seed: { node: "6", input: seed }
+`;
+}
+
+/** The fake is TypeScript (the tests' own): bundled under dist/ with its packages left external, then imported. */
+async function loadFake() {
+  const outfile = join(ROOT, 'dist', 'bench', 'fake-comfyui.mjs');
+  await build({
+    entryPoints: [join(ROOT, 'test/support/fake-comfyui.ts')],
+    outfile,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+    logLevel: 'warning',
+  });
+  return import(outfile);
+}
+
+/** performance.now() of each event of the item's stream carrying a progress below 1, until the item is final. */
+async function progressEvents(url, authorization) {
+  const response = await fetch(url, { headers: { authorization, accept: 'text/event-stream' } });
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  const times = [];
+  let buffer = '';
+  let last;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return times;
+      const now = performance.now();
+      buffer += value;
+      const lines = buffer.split('\n');
+      buffer = lines.pop() ?? '';
+      for (const line of lines) {
+        if (!line.startsWith('data: ')) continue;
+        const item = JSON.parse(line.slice('data: '.length));
+        if (item.status !== 'pending') return times;
+        if (typeof item.progress === 'number' && item.progress !== last && item.progress < 1) times.push(now);
+        last = item.progress;
+      }
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+    await sleep(0);
+  }
+}

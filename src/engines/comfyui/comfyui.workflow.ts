@@ -1,0 +1,151 @@
+import { createHash } from 'node:crypto';
+import type { ComfyRoute, ComfyWorkflow } from '../../config/engine-settings.js';
+import { quote } from '../remote-http.js';
+
+/**
+ * What the comfyui kind computes without talking to the server: the prompt a job sends (the route's workflow with
+ * the job's values in the mapped node inputs), the ids and seed derived from the job id, the run record's text, the
+ * messages made from ComfyUI's validation errors, and the job's progress from the websocket's messages.
+ */
+
+/** Largest seed drawn: a safe integer, which every sampler takes (KSampler's `seed` goes up to 2^64 - 1). */
+const SEED_MODULUS = 2 ** 48;
+
+/** A file the server holds in its input folder, as `POST /upload/image` answered. */
+export interface UploadedImage {
+  name: string;
+  subfolder: string;
+}
+
+/**
+ * The route's workflow with the job's values: each image input's uploaded file in its loader's input (as
+ * `subfolder/name`, how LoadImage names a file below the input folder), each text in its node input, and the seed.
+ * The route's workflow itself is left as it is.
+ */
+export function buildPrompt(
+  route: Pick<ComfyRoute, 'workflow' | 'inputs' | 'seed'>,
+  jobId: string,
+  uploads: Readonly<Record<string, UploadedImage>>,
+  texts: Readonly<Record<string, string>>,
+): ComfyWorkflow {
+  const prompt = structuredClone(route.workflow) as Record<
+    string,
+    { class_type: string; inputs: Record<string, unknown> }
+  >;
+  for (const [name, target] of Object.entries(route.inputs)) {
+    const upload = uploads[name];
+    const text = texts[name];
+    if (upload)
+      prompt[target.node].inputs[target.input] = upload.subfolder ? `${upload.subfolder}/${upload.name}` : upload.name;
+    else if (text !== undefined) prompt[target.node].inputs[target.input] = text;
+  }
+  if (route.seed) prompt[route.seed.node].inputs[route.seed.input] = seedFor(jobId);
+  return prompt;
+}
+
+/** The same number for every attempt of one job, so a retry draws the same image. */
+export function seedFor(jobId: string): number {
+  return createHash('sha256').update(`seed:${jobId}`).digest().readUIntBE(0, 6) % SEED_MODULUS;
+}
+
+/**
+ * The prompt id the job's `run`-th prompt is queued under: a UUID (what ComfyUI accepts as a client's `prompt_id`)
+ * derived from the job id, so an attempt that starts after its predecessor died between queueing and recording finds
+ * the prompt by the id it would have used.
+ */
+export function promptIdFor(jobId: string, run: number): string {
+  const hex = createHash('sha256').update(`prompt:${jobId}:${run}`).digest('hex');
+  // Version 8 (custom) and the RFC 4122 variant, in ComfyUI's canonical lowercase hyphenated form.
+  const variant = ((parseInt(hex[16], 16) & 0x3) | 0x8).toString(16);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+}
+
+/**
+ * The job's prompt as the run record keeps it. `queued` false: the id was recorded before `POST /prompt` answered, so
+ * a prompt missing from the server may simply never have arrived. `run` counts prompts of the job started from
+ * scratch: the second is the one retry a server restart allows.
+ */
+export interface RecordedRun {
+  promptId: string;
+  run: number;
+  queued: boolean;
+}
+
+export function encodeRun({ promptId, run, queued }: RecordedRun): string {
+  return `${queued ? 'queued' : 'sending'}:${run}:${promptId}`;
+}
+
+/** Undefined for anything this kind did not write (the record is then ignored and the job starts afresh). */
+export function decodeRun(text: string | undefined): RecordedRun | undefined {
+  const match = /^(queued|sending):(\d+):([0-9a-zA-Z-]{1,100})$/.exec(text ?? '');
+  if (!match) return undefined;
+  return { queued: match[1] === 'queued', run: Number(match[2]), promptId: match[3] };
+}
+
+/** One entry of `node_errors` in ComfyUI's 400 answer to `POST /prompt`. */
+interface NodeError {
+  class_type?: unknown;
+  errors?: { message?: unknown; details?: unknown }[];
+}
+
+/**
+ * ComfyUI's refusal of a prompt (`{error, node_errors}`) in words: each failing node's class, id and messages, or the
+ * prompt-wide error (a missing node type, no outputs) when no node is named.
+ */
+export function describeRefusal(body: unknown): string {
+  const { error, node_errors: nodeErrors } = (body ?? {}) as { error?: unknown; node_errors?: unknown };
+  const nodes: string[] = [];
+  if (typeof nodeErrors === 'object' && nodeErrors !== null) {
+    for (const [id, entry] of Object.entries(nodeErrors as Record<string, NodeError>)) {
+      const messages = (Array.isArray(entry.errors) ? entry.errors : [])
+        .map(({ message, details }) => [message, details].filter((part) => typeof part === 'string' && part).join(': '))
+        .filter(Boolean);
+      const kind = typeof entry.class_type === 'string' ? entry.class_type : 'node';
+      nodes.push(`${kind} ${id}: ${messages.join('; ') || 'invalid'}`);
+    }
+  }
+  if (nodes.length > 0) return quote(nodes.join('; '));
+  if (typeof error === 'string') return quote(error);
+  if (typeof error === 'object' && error !== null) {
+    const { message, details } = error as { message?: unknown; details?: unknown };
+    return quote([message, details].filter((part) => typeof part === 'string' && part).join(' '));
+  }
+  return 'the prompt was refused';
+}
+
+/**
+ * How far one prompt is, from the websocket's messages: nodes done (cached, or run and left for the next) plus the
+ * running node's sampler steps (`value/max`), over the workflow's nodes. Only ever rises.
+ */
+export class PromptProgress {
+  private readonly done = new Set<string>();
+  private current: string | undefined;
+  private step = 0;
+  private highest = 0;
+
+  constructor(private readonly nodeCount: number) {}
+
+  cached(nodes: readonly string[]): number {
+    for (const node of nodes) this.done.add(node);
+    return this.fraction();
+  }
+
+  executing(node: string | null): number {
+    if (this.current !== undefined) this.done.add(this.current);
+    this.current = node ?? undefined;
+    this.step = 0;
+    return this.fraction();
+  }
+
+  sampled(value: number, max: number): number {
+    if (max > 0 && Number.isFinite(value)) this.step = Math.min(Math.max(value / max, 0), 1);
+    return this.fraction();
+  }
+
+  private fraction(): number {
+    const running = this.current !== undefined && !this.done.has(this.current) ? this.step : 0;
+    const now = Math.min((this.done.size + running) / Math.max(this.nodeCount, 1), 1);
+    this.highest = Math.max(this.highest, now);
+    return this.highest;
+  }
+}

@@ -1,0 +1,149 @@
+import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import sharp from 'sharp';
+import { createJob, waitForFinal } from '../../support/client.js';
+import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
+import { startFakeComfy, type FakeComfy } from '../../support/fake-comfyui.js';
+import { createUser, expectCompleteWithOutputs, Processes, waitUntil } from '../../support/harness.js';
+import { makeImage } from '../../support/jobs.js';
+import type { RunningService } from '../../support/service.js';
+
+const WORKFLOW = new URL('../../../docs/examples/engines/workflows/img2img.json', import.meta.url);
+
+/** The `default` tool routed to the fake ComfyUI server with the img2img example workflow. */
+function routingFile(url: string): string {
+  return `engines:
+  comfy:
+    kind: comfyui
+    url: ${url}
+    concurrency: 1
+    timeout: 1m
+routes:
+  default:
+    engine: comfy
+    workflow: workflows/img2img.json
+    inputs:
+      image: { node: "2" }
+      prompt: { node: "4", input: text }
+    output: { node: "8" }
+    seed: { node: "6", input: seed }
+`;
+}
+
+/**
+ * The progress the worker records for the item (where the API reads it for GET and the event streams), sampled until
+ * the item is final: each value that differs from the last one.
+ */
+async function recordedProgress(env: TestEnvironment, baseUrl: string, key: string, id: string): Promise<number[]> {
+  const redis = new Redis(env.redisUrl, { keyPrefix: `${env.redisPrefix}:` });
+  const seen: number[] = [];
+  try {
+    const finished = waitForFinal(baseUrl, key, id);
+    let done = false;
+    void finished.finally(() => (done = true));
+    while (!done) {
+      const value = await redis.get(`progress:${id}`);
+      if (value !== null && Number(value) !== seen[seen.length - 1]) seen.push(Number(value));
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    await finished;
+    return seen;
+  } finally {
+    redis.disconnect();
+  }
+}
+
+describe('the comfyui engine kind in the built service', () => {
+  let env: TestEnvironment;
+  let processes: Processes;
+  let fake: FakeComfy;
+  let api: RunningService;
+  let key: string;
+  let serviceEnv: Record<string, string>;
+  let images = 0;
+
+  async function submit(): Promise<{ id: string; image: Buffer }> {
+    images++;
+    const image = await makeImage(200 + images * 8, 160, 'png');
+    const id = await createJob(api.baseUrl, key, {
+      tool: 'default',
+      prompt: 'a sharper photo',
+      image: { data: image, filename: 'image.png', contentType: 'image/png' },
+    });
+    return { id, image };
+  }
+
+  const promptsOf = (id: string) =>
+    fake.prompts.filter(({ prompt }) => String(prompt['2'].inputs.image).startsWith(id));
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    fake = await startFakeComfy({ steps: 8, stepMs: 300 });
+    const folder = join(env.dataDir, 'engines');
+    await mkdir(join(folder, 'workflows'), { recursive: true });
+    await copyFile(WORKFLOW, join(folder, 'workflows', 'img2img.json'));
+    await writeFile(join(folder, 'engines.yaml'), routingFile(fake.url));
+    serviceEnv = { ENGINES_FILE: join(folder, 'engines.yaml'), JOB_ATTEMPTS: '3' };
+    processes = new Processes(env);
+    api = await processes.start('api', serviceEnv);
+    ({ key } = await createUser(env));
+  }, 60_000);
+
+  afterAll(async () => {
+    await processes?.stopAll();
+    await fake?.close();
+    await env?.dispose();
+  });
+
+  it("completes a job with the workflow's output, its progress rising while it runs", async () => {
+    const worker = await processes.start('worker', serviceEnv);
+    try {
+      const { id, image } = await submit();
+      const progress = await recordedProgress(env, api.baseUrl, key, id);
+
+      const item = await waitForFinal(api.baseUrl, key, id);
+      const outputs = await expectCompleteWithOutputs(api.baseUrl, item);
+      const input = await sharp(image).metadata();
+      expect(await sharp(outputs.stock).metadata()).toMatchObject({ width: input.width, height: input.height });
+      expect(promptsOf(id).map(({ state }) => state)).toEqual(['success']);
+      expect(progress).toEqual([...progress].sort((a, b) => a - b));
+      expect(progress.filter((fraction) => fraction > 0 && fraction < 1).length).toBeGreaterThan(1);
+    } finally {
+      await processes.stop(worker);
+    }
+  }, 60_000);
+
+  it('completes a job once, with its prompt run once, when its worker is killed mid-job', async () => {
+    const doomed = await processes.start('worker', serviceEnv);
+    const { id } = await submit();
+    await waitUntil(() => promptsOf(id)[0]?.state === 'running', 'the prompt to run');
+
+    await doomed.stop('SIGKILL');
+    const worker = await processes.start('worker', serviceEnv);
+    try {
+      const item = await waitForFinal(api.baseUrl, key, id, 45_000);
+
+      await expectCompleteWithOutputs(api.baseUrl, item);
+      expect(promptsOf(id).map(({ state }) => state)).toEqual(['success']);
+    } finally {
+      await processes.stop(worker);
+    }
+  }, 90_000);
+
+  it('keeps one prompt at most in flight on the server across two workers when its concurrency is 1', async () => {
+    fake.maxInFlight = 0;
+    fake.switches.stepMs = 20;
+    const workers = await Promise.all([processes.start('worker', serviceEnv), processes.start('worker', serviceEnv)]);
+    try {
+      const ids = await Promise.all([submit(), submit(), submit(), submit()]);
+
+      const items = await Promise.all(ids.map(({ id }) => waitForFinal(api.baseUrl, key, id, 45_000)));
+
+      expect(items.map(({ status }) => status)).toEqual(['complete', 'complete', 'complete', 'complete']);
+      expect(fake.maxInFlight).toBe(1);
+    } finally {
+      await Promise.all(workers.map((worker) => processes.stop(worker)));
+    }
+  }, 90_000);
+});

@@ -1,0 +1,311 @@
+import { readFileSync } from 'node:fs';
+import sharp, { type Metadata } from 'sharp';
+import type { ComfyRoute, ComfyServerSetting, ComfyWorkflow } from '../../src/config/engine-settings.js';
+import {
+  PermanentEngineError,
+  TransientEngineError,
+  type EngineImage,
+  type EngineRequest,
+  type RunRecord,
+} from '../../src/engines/engine.js';
+import { ComfyServer } from '../../src/engines/comfyui/comfyui.server.js';
+import { startFakeComfy, type FakeComfy } from '../support/fake-comfyui.js';
+import { makeImage } from '../support/jobs.js';
+
+const WORKFLOW = JSON.parse(
+  readFileSync(new URL('../../docs/examples/engines/workflows/img2img.json', import.meta.url), 'utf8'),
+) as ComfyWorkflow;
+
+function route(workflow: ComfyWorkflow = WORKFLOW): ComfyRoute {
+  return {
+    kind: 'comfyui',
+    key: 'default',
+    tool: 'default',
+    generationType: undefined,
+    engine: 'comfy',
+    describe: {},
+    workflowFile: 'workflows/img2img.json',
+    workflow,
+    inputs: { image: { node: '2', input: 'image' }, prompt: { node: '4', input: 'text' } },
+    output: { node: '8' },
+    seed: { node: '6', input: 'seed' },
+  };
+}
+
+function serverFor(url: string): ComfyServer {
+  const setting: ComfyServerSetting = {
+    kind: 'comfyui',
+    name: 'comfy',
+    url,
+    concurrency: 1,
+    timeoutMs: 60_000,
+    headers: { 'X-Comfy-Token': 'secret' },
+  };
+  return new ComfyServer(setting, { maxOutputBytes: 64 * 1024 * 1024, limitInputPixels: 40_000_000 });
+}
+
+function memoryRuns(): RunRecord & { value: string | undefined } {
+  const record = {
+    value: undefined as string | undefined,
+    recall: () => Promise.resolve(record.value),
+    remember: (runId: string) => {
+      record.value = runId;
+      return Promise.resolve();
+    },
+    forget: () => {
+      record.value = undefined;
+      return Promise.resolve();
+    },
+  };
+  return record;
+}
+
+let jobs = 0;
+async function request(extra: Partial<EngineRequest> = {}): Promise<EngineRequest> {
+  jobs++;
+  return {
+    jobId: `00000000-0000-4000-8000-${String(jobs).padStart(12, '0')}`,
+    tool: 'default',
+    generationType: 'enhance',
+    images: { image: await makeImage(96, 64) },
+    texts: { prompt: 'a red chair' },
+    runs: memoryRuns(),
+    ...extra,
+  };
+}
+
+async function decoded(image: EngineImage): Promise<Metadata> {
+  if (image.kind !== 'encoded') throw new Error(`expected an encoded image, got ${image.kind}`);
+  return sharp(image.data).metadata();
+}
+
+async function failure(promise: Promise<unknown>): Promise<Error> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as Error;
+  }
+  throw new Error('expected the generation to fail');
+}
+
+describe('ComfyUI engine against a fake ComfyUI server', () => {
+  let fake: FakeComfy;
+  let server: ComfyServer;
+
+  beforeEach(async () => {
+    fake = await startFakeComfy();
+    server = serverFor(fake.url);
+  });
+
+  afterEach(async () => {
+    await server.close();
+    await fake.close();
+  });
+
+  it('uploads the images into a folder of the job, sets the text and the seed, and returns the output node image', async () => {
+    const sut = server.engineFor(route());
+    const job = await request();
+
+    const meta = await decoded(await sut.generate(job));
+
+    expect(meta).toMatchObject({ format: 'png', width: 96, height: 64 });
+    expect(fake.uploads).toEqual([{ filename: 'image.png', subfolder: job.jobId, type: 'input', overwrite: 'true' }]);
+    expect(fake.prompts).toHaveLength(1);
+    const [queued] = fake.prompts;
+    expect(queued.prompt['2'].inputs.image).toBe(`${job.jobId}/image.png`);
+    expect(queued.prompt['4'].inputs.text).toBe('a red chair');
+    expect(queued.prompt['5'].inputs.text).toBe(WORKFLOW['5'].inputs.text);
+    expect(typeof queued.prompt['6'].inputs.seed).toBe('number');
+    expect(fake.wsConnections.map(({ clientId }) => clientId)).toEqual([queued.clientId]);
+    expect(fake.requests.every(({ headers }) => headers['x-comfy-token'] === 'secret')).toBe(true);
+    expect(fake.wsConnections[0].headers['x-comfy-token']).toBe('secret');
+  });
+
+  it('draws the same seed on every attempt of a job and another on another job', async () => {
+    const sut = server.engineFor(route());
+    const job = await request();
+    await sut.generate(job);
+    await sut.generate({ ...job, runs: memoryRuns() });
+    await sut.generate(await request());
+
+    const seeds = fake.prompts.map(({ prompt }) => prompt['6'].inputs.seed);
+    expect(seeds[0]).toBe(seeds[1]);
+    expect(seeds[2]).not.toBe(seeds[0]);
+  });
+
+  it('reports progress that rises from the nodes run and the sampler steps', async () => {
+    fake.switches.steps = 5;
+    const sut = server.engineFor(route());
+    const reported: number[] = [];
+
+    await sut.generate(await request({ onProgress: (fraction) => reported.push(fraction) }));
+
+    expect(reported.length).toBeGreaterThanOrEqual(5 + 7);
+    expect(reported).toEqual([...reported].sort((a, b) => a - b));
+    expect(reported.some((fraction) => fraction > 0 && fraction < 1)).toBe(true);
+    expect(reported[reported.length - 1]).toBeLessThanOrEqual(1);
+  });
+
+  it('removes a queued prompt from the queue on cancel, leaving the running one alone', async () => {
+    fake.switches.stepMs = 200;
+    fake.switches.steps = 20;
+    const sut = server.engineFor(route());
+    const first = sut.generate(await request());
+    await fake.waitFor((f) => f.prompts.length === 1 && f.prompts[0].state === 'running', 'the first prompt to run');
+    const cancel = new AbortController();
+    const second = sut.generate(await request({ signal: cancel.signal }));
+    await fake.waitFor((f) => f.prompts.length === 2, 'the second prompt to be queued');
+
+    cancel.abort(new Error('canceled by the client'));
+
+    expect((await failure(second)).message).toBe('canceled by the client');
+    expect(fake.queueDeletes).toEqual([fake.prompts[1].promptId]);
+    expect(fake.prompts[1].state).toBe('deleted');
+    expect(fake.interrupts).toEqual([]);
+    fake.switches.stepMs = 1;
+    await first;
+    expect(fake.prompts[0].state).toBe('success');
+  });
+
+  it('interrupts the running prompt on cancel, naming it', async () => {
+    fake.switches.stepMs = 200;
+    fake.switches.steps = 20;
+    const sut = server.engineFor(route());
+    const cancel = new AbortController();
+    const job = sut.generate(await request({ signal: cancel.signal }));
+    await fake.waitFor((f) => f.progressSent.length > 0, 'the sampler to start');
+
+    cancel.abort(new Error('canceled by the client'));
+
+    expect((await failure(job)).message).toBe('canceled by the client');
+    expect(fake.interrupts).toEqual([{ promptId: fake.prompts[0].promptId, interrupted: true }]);
+    await fake.waitFor((f) => f.prompts[0].state === 'interrupted', 'the prompt to stop');
+  });
+
+  it("fails the job with the node's class, id and message when ComfyUI refuses the prompt", async () => {
+    fake.switches.nodeError = {
+      node: '1',
+      message: 'Value not in list',
+      details: "ckpt_name: 'v1-5-pruned-emaonly.safetensors' not in []",
+    };
+    const sut = server.engineFor(route());
+
+    const error = await failure(sut.generate(await request()));
+
+    expect(error).toBeInstanceOf(PermanentEngineError);
+    expect(error).toMatchObject({ code: 'engine_failed' });
+    expect((error as PermanentEngineError).clientMessage).toBe(
+      "CheckpointLoaderSimple 1: Value not in list: ckpt_name: 'v1-5-pruned-emaonly.safetensors' not in []",
+    );
+  });
+
+  it("fails the job with the exception's message when a node fails while running", async () => {
+    fake.switches.executionError = { node: '6', message: 'CUDA out of memory. Tried to allocate 2.00 GiB' };
+    const sut = server.engineFor(route());
+
+    const error = await failure(sut.generate(await request()));
+
+    expect(error).toMatchObject({ code: 'engine_failed' });
+    expect((error as PermanentEngineError).clientMessage).toBe(
+      'KSampler 6: CUDA out of memory. Tried to allocate 2.00 GiB',
+    );
+  });
+
+  it('fails the attempt as transient when the server does not answer', async () => {
+    await fake.down();
+    const sut = server.engineFor(route());
+
+    const error = await failure(sut.generate(await request()));
+
+    expect(error).toBeInstanceOf(TransientEngineError);
+  });
+
+  it('queues the prompt again from the start, once, when the server restarts mid-job', async () => {
+    fake.switches.restartAtStep = 2;
+    const sut = server.engineFor(route());
+    const job = await request();
+    const running = sut.generate(job);
+    await fake.waitFor((f) => f.prompts[0]?.state === 'lost', 'the restart');
+    fake.switches.restartAtStep = undefined;
+
+    await decoded(await running);
+
+    expect(fake.prompts.map(({ state }) => state)).toEqual(['lost', 'success']);
+    expect(fake.uploads).toHaveLength(2);
+    expect(fake.prompts[1].prompt['6'].inputs.seed).toBe(fake.prompts[0].prompt['6'].inputs.seed);
+  });
+
+  it('fails the job when the server loses its prompt a second time', async () => {
+    fake.switches.restartAtStep = 2;
+    const sut = server.engineFor(route());
+    const job = await request();
+
+    const error = await failure(sut.generate(job));
+
+    expect(error).toMatchObject({ code: 'engine_failed' });
+    expect(fake.prompts.map(({ state }) => state)).toEqual(['lost', 'lost']);
+  });
+
+  it('completes from the history when the socket drops mid-job and cannot reconnect', async () => {
+    fake.switches.dropSocketAtStep = { step: 1, refuseMs: 60_000 };
+    fake.switches.steps = 6;
+    const sut = server.engineFor(route());
+
+    const meta = await decoded(await sut.generate(await request()));
+
+    expect(meta.format).toBe('png');
+    expect(fake.prompts.map(({ state }) => state)).toEqual(['success']);
+  });
+
+  it('fails the job naming a node class the server lacks, before uploading anything', async () => {
+    const workflow = structuredClone(WORKFLOW) as Record<string, ComfyWorkflow[string]>;
+    workflow['9'] = { class_type: 'IPAdapterAdvanced', inputs: { model: ['1', 0] } };
+    const sut = server.engineFor(route(workflow));
+
+    const error = await failure(sut.generate(await request()));
+
+    expect(error).toMatchObject({ code: 'engine_failed' });
+    expect((error as PermanentEngineError).clientMessage).toContain('"IPAdapterAdvanced"');
+    expect(fake.uploads).toEqual([]);
+
+    fake.addClass('IPAdapterAdvanced');
+    await sut.generate(await request());
+    expect(fake.prompts).toHaveLength(1);
+  });
+
+  it('shares one websocket between the jobs of the process, routing each message to its job', async () => {
+    fake.switches.slots = 3;
+    const sut = server.engineFor(route());
+    const progress: number[][] = [[], [], []];
+
+    const results = await Promise.all(
+      progress.map(async (reported) => sut.generate(await request({ onProgress: (f) => reported.push(f) }))),
+    );
+
+    expect(results).toHaveLength(3);
+    expect(fake.wsConnections).toHaveLength(1);
+    expect(new Set(fake.prompts.map(({ clientId }) => clientId)).size).toBe(1);
+    for (const reported of progress) expect(reported.length).toBeGreaterThanOrEqual(fake.switches.steps);
+  });
+
+  it('follows the prompt an earlier attempt queued instead of queueing it again, even from another process', async () => {
+    fake.switches.stepMs = 100;
+    fake.switches.steps = 10;
+    const job = await request();
+    const first = server.engineFor(route()).generate(job);
+    await fake.waitFor((f) => f.progressSent.length > 0, 'the first attempt to run');
+    const other = serverFor(fake.url);
+
+    try {
+      const second = await other.engineFor(route()).generate(job);
+      await first;
+      const again = await other.engineFor(route()).generate(job);
+
+      expect(fake.prompts).toHaveLength(1);
+      expect((await decoded(second)).format).toBe('png');
+      expect(again).toEqual(second);
+    } finally {
+      await other.close();
+    }
+  });
+});
