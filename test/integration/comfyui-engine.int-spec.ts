@@ -13,7 +13,7 @@ import { startFakeComfy, type FakeComfy } from '../support/fake-comfyui.js';
 import { makeImage } from '../support/jobs.js';
 
 const WORKFLOW = JSON.parse(
-  readFileSync(new URL('../../docs/examples/engines/workflows/img2img.json', import.meta.url), 'utf8'),
+  readFileSync(new URL('../../docs/routing/workflows/img2img.json', import.meta.url), 'utf8'),
 ) as ComfyWorkflow;
 
 function route(workflow: ComfyWorkflow = WORKFLOW): ComfyRoute {

@@ -11,69 +11,8 @@ import {
   cogEngine,
 } from '../support/harness.js';
 import type { RunningService } from '../support/service.js';
+import { type OpenStream, openStream } from '../support/event-stream.js';
 import { type HistoryItemBody, postJob } from '../support/client.js';
-
-/** One Server-Sent Event as a client reads it. */
-interface StreamEvent {
-  event: string;
-  data: unknown;
-}
-
-/** An event stream read as a browser's EventSource would: events as they arrive, and when the server ends it. */
-interface OpenStream {
-  status: number;
-  contentType: string | null;
-  events: StreamEvent[];
-  comments: number;
-  /** Resolves when the server has ended the stream. */
-  ended: Promise<void>;
-  close(): void;
-}
-
-async function openStream(url: string, key: string): Promise<OpenStream> {
-  const controller = new AbortController();
-  const response = await fetch(url, { headers: { Authorization: `Bearer ${key}` }, signal: controller.signal });
-  const stream: OpenStream = {
-    status: response.status,
-    contentType: response.headers.get('content-type'),
-    events: [],
-    comments: 0,
-    ended: Promise.resolve(),
-    close: () => controller.abort(),
-  };
-  if (!response.ok || !response.body) {
-    await response.body?.cancel();
-    return stream;
-  }
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  stream.ended = (async () => {
-    let buffer = '';
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) return;
-        buffer += value;
-        let end: number;
-        while ((end = buffer.indexOf('\n\n')) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          if (block.startsWith(':')) {
-            stream.comments++;
-            continue;
-          }
-          const lines = Object.fromEntries(block.split('\n').map((line) => [line.slice(0, line.indexOf(':')), line]));
-          stream.events.push({
-            event: lines.event.slice('event: '.length),
-            data: JSON.parse(lines.data.slice('data: '.length)),
-          });
-        }
-      }
-    } catch {
-      // closed by the test
-    }
-  })();
-  return stream;
-}
 
 const statusesOf = (stream: OpenStream) =>
   stream.events.map((event) => (event.data as HistoryItemBody).status ?? event.event);

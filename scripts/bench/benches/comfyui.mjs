@@ -45,7 +45,7 @@ export async function run() {
   try {
     const folder = join(env.dataDir, 'engines');
     await mkdir(join(folder, 'workflows'), { recursive: true });
-    await copyFile(join(ROOT, 'docs/examples/engines/workflows/img2img.json'), join(folder, 'workflows/img2img.json'));
+    await copyFile(join(ROOT, 'docs/routing/workflows/img2img.json'), join(folder, 'workflows/img2img.json'));
     await writeFile(join(folder, 'engines.yaml'), routingFile(fake.url));
     const settings = {
       ENGINES_FILE: join(folder, 'engines.yaml'),

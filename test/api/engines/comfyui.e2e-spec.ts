@@ -1,15 +1,15 @@
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import sharp from 'sharp';
-import { createJob, waitForFinal } from '../../support/client.js';
+import { createJob, type HistoryItemBody, waitForFinal } from '../../support/client.js';
+import { openStream } from '../../support/event-stream.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { startFakeComfy, type FakeComfy } from '../../support/fake-comfyui.js';
 import { createUser, expectCompleteWithOutputs, Processes, waitUntil } from '../../support/harness.js';
 import { makeImage } from '../../support/jobs.js';
 import type { RunningService } from '../../support/service.js';
 
-const WORKFLOW = new URL('../../../docs/examples/engines/workflows/img2img.json', import.meta.url);
+const WORKFLOW = new URL('../../../docs/routing/workflows/img2img.json', import.meta.url);
 
 /** The `default` tool routed to the fake ComfyUI server with the img2img example workflow. */
 function routingFile(url: string): string {
@@ -31,27 +31,12 @@ routes:
 `;
 }
 
-/**
- * The progress the worker records for the item (where the API reads it for GET and the event streams), sampled until
- * the item is final: each value that differs from the last one.
- */
-async function recordedProgress(env: TestEnvironment, baseUrl: string, key: string, id: string): Promise<number[]> {
-  const redis = new Redis(env.redisUrl, { keyPrefix: `${env.redisPrefix}:` });
-  const seen: number[] = [];
-  try {
-    const finished = waitForFinal(baseUrl, key, id);
-    let done = false;
-    void finished.finally(() => (done = true));
-    while (!done) {
-      const value = await redis.get(`progress:${id}`);
-      if (value !== null && Number(value) !== seen[seen.length - 1]) seen.push(Number(value));
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-    await finished;
-    return seen;
-  } finally {
-    redis.disconnect();
-  }
+/** The item's `progress` in each event of its stream, from creation to its final event. */
+async function streamedProgress(baseUrl: string, key: string, id: string): Promise<(number | null)[]> {
+  const stream = await openStream(`${baseUrl}/user/generation-history/${id}/events`, key);
+  expect(stream.status).toBe(200);
+  await stream.ended;
+  return stream.events.map((event) => (event.data as HistoryItemBody).progress);
 }
 
 describe('the comfyui engine kind in the built service', () => {
@@ -96,19 +81,23 @@ describe('the comfyui engine kind in the built service', () => {
     await env?.dispose();
   });
 
-  it("completes a job with the workflow's output, its progress rising while it runs", async () => {
+  it("completes a job with the workflow's output, its progress rising on the item's event stream", async () => {
     const worker = await processes.start('worker', serviceEnv);
     try {
       const { id, image } = await submit();
-      const progress = await recordedProgress(env, api.baseUrl, key, id);
+      const progress = await streamedProgress(api.baseUrl, key, id);
 
       const item = await waitForFinal(api.baseUrl, key, id);
       const outputs = await expectCompleteWithOutputs(api.baseUrl, item);
       const input = await sharp(image).metadata();
       expect(await sharp(outputs.stock).metadata()).toMatchObject({ width: input.width, height: input.height });
       expect(promptsOf(id).map(({ state }) => state)).toEqual(['success']);
-      expect(progress).toEqual([...progress].sort((a, b) => a - b));
-      expect(progress.filter((fraction) => fraction > 0 && fraction < 1).length).toBeGreaterThan(1);
+      // Nothing known while queued, then rising step by step, then 1 with the result.
+      const known = progress.filter((fraction): fraction is number => fraction !== null);
+      expect(progress.indexOf(known[0])).toBe(progress.length - known.length);
+      expect(known).toEqual([...known].sort((a, b) => a - b));
+      expect(known.filter((fraction) => fraction > 0 && fraction < 1).length).toBeGreaterThan(2);
+      expect(progress[progress.length - 1]).toBe(1);
     } finally {
       await processes.stop(worker);
     }
