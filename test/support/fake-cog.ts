@@ -107,6 +107,8 @@ export interface FakeCogOptions {
 export interface FakeCog {
   /** Base URL, as `ENGINE_<TOOL>=cog:<url>` or a routing file's `url` expects it. */
   url: string;
+  /** Predictions it runs at once. */
+  concurrency: number;
   requests: FakeCogRequest[];
   calls: FakeCogCall[];
   /** Ids named by the cancel requests received, in order (whether or not a prediction had that id). */
@@ -150,6 +152,8 @@ interface Running {
 }
 
 const JSON_TYPE = { 'Content-Type': 'application/json' };
+/** From a cancel request to the prediction's end. */
+const CANCEL_TAKES_MS = 50;
 
 export async function startFakeCog(
   behaviour: FakeCogBehaviour = () => ({ kind: 'succeed' }),
@@ -465,7 +469,8 @@ export async function startFakeCog(
       const target = running.get(id);
       if (!target) return send(response, call, 404, {});
       target.record.canceled = true;
-      target.end('canceled');
+      // The model stops once its worker has raised CancelationException, not at the cancel request itself.
+      later(CANCEL_TAKES_MS, () => target.end('canceled'));
       return send(response, call, 200, {});
     }
     if (outputMatch && method === 'GET') {
@@ -490,6 +495,7 @@ export async function startFakeCog(
 
   const fake: FakeCog = {
     url: `http://127.0.0.1:${port}`,
+    concurrency,
     requests,
     calls,
     cancels,
