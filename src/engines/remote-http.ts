@@ -43,8 +43,8 @@ export interface RemoteRequest {
   signal?: AbortSignal;
   /** Retry transient failures (default true). Off for requests that must not be repeated blindly. */
   retry?: boolean;
-  /** Failed statuses whose answer the caller reads itself (e.g. a validation error's details) instead of an error. */
-  accept?: readonly number[];
+  /** Failed statuses the caller reads as an answer (e.g. a validation error whose body names the input). */
+  answerStatuses?: readonly number[];
 }
 
 /** A model server's HTTP API, with the limits and retries every kind shares. */
@@ -135,7 +135,7 @@ export class RemoteHttp {
       { method: request.method, headers, body },
       request.signal,
       `${request.method} ${request.path}`,
-      request.accept,
+      request.answerStatuses,
     );
     const data = await readBody(response, request.maxBytes ?? 1024 * 1024, () =>
       engineFailed(`${this.options.what} answer to ${request.method} ${request.path} is too large`),
@@ -152,14 +152,14 @@ export class RemoteHttp {
     init: RequestInit,
     callerSignal: AbortSignal | undefined,
     what: string,
-    accept: readonly number[] = [],
+    answerStatuses: readonly number[] = [],
   ): Promise<{ response: Response }> {
     const timeout = AbortSignal.timeout(this.options.requestTimeoutMs);
     const signal = callerSignal ? AbortSignal.any([timeout, callerSignal]) : timeout;
     const label = `${this.options.what} ${what} (${describeUrl(url)})`;
     try {
       const response = await fetch(url, { ...init, signal });
-      if (!response.ok && !accept.includes(response.status)) {
+      if (!response.ok && !answerStatuses.includes(response.status)) {
         const detail = errorDetail(await readBody(response, ERROR_BODY_MAX_BYTES, () => undefined));
         throw httpError(response.status, label, detail);
       }
@@ -288,10 +288,15 @@ export function describeUrl(url: URL): string {
 
 /** An input image as a data URI, the way Cog and Replicate take files inline. */
 export function dataUri(name: string, image: Buffer): string {
+  return `${dataUriHead(name, image)}${image.toString('base64')}`;
+}
+
+/** What comes before an input image's base64 bytes in its data URI: `data:image/png;base64,`. */
+export function dataUriHead(name: string, image: Buffer): string {
   const format = imageFormatOf(image);
   if (!format)
     throw new PermanentEngineError('invalid_image', `input image '${quote(name, 60)}' is not a JPEG, PNG or WebP file`);
-  return `data:${IMAGE_MIME_TYPES[format]};base64,${image.toString('base64')}`;
+  return `data:${IMAGE_MIME_TYPES[format]};base64,`;
 }
 
 /** The bytes of a base64 data URI, refused past `maxBytes` before they are decoded. */

@@ -48,7 +48,7 @@ describe('a worker killed (SIGKILL) in the middle of a stream of jobs', () => {
   });
 
   beforeAll(async () => {
-    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { concurrency: CONCURRENCY });
     ({ env, processes, fake, queue } = world);
     api = await processes.start('api', settings());
     stalled = await recordStalls(queue);

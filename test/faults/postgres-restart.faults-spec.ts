@@ -42,7 +42,8 @@ describe('PostgreSQL restarted under a running service', () => {
         kind: 'succeed',
         delayMs: slow.has(Object.values(request.images)[0]) ? IN_FLIGHT_ENGINE_MS : 50,
       }),
-      { queue: false, servers: { adminDatabaseUrl: postgres.url } },
+      // Both slow jobs run on the model at once.
+      { queue: false, servers: { adminDatabaseUrl: postgres.url }, concurrency: 2 },
     );
     ({ env, processes, fake } = world);
     const settings = { ...cogEngine(fake), LIMIT_MAX_PENDING: '1000', LIMIT_CREATIONS_PER_MINUTE: '1000' };

@@ -59,6 +59,7 @@ describe('Redis restarted (and come back empty) while clients submit jobs', () =
     world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), {
       queue: false,
       servers: { redisUrl: redis.url },
+      concurrency: CONCURRENCY,
     });
     ({ env, processes, fake } = world);
     const settings = {

@@ -42,7 +42,7 @@ describe('SIGTERM to a worker while jobs run and more wait', () => {
   });
 
   beforeAll(async () => {
-    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { concurrency: CONCURRENCY });
     ({ env, processes, fake, queue } = world);
     api = await processes.start('api', settings());
     stalled = await recordStalls(queue);

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Bull from 'bull';
 import pg from 'pg';
@@ -27,9 +29,20 @@ export const FAST_TIMINGS: Record<string, string> = {
 /** The tool every test here runs: one `clothes` image, sent to the fake Cog server. */
 export const TOOL = 'fashion_card';
 
-/** Sends the test tool's jobs to the fake Cog server. */
+/**
+ * Sends the test tool's jobs to the fake Cog server: by the `ENGINE_FASHION_CARD=cog:<url>` shortcut (one prediction at
+ * a time), or, for a fake that runs several at once, by a routing file that says so.
+ */
 export function cogEngine(fake: FakeCog): Record<string, string> {
-  return { ENGINE_FASHION_CARD: `cog:${fake.url}` };
+  if (fake.concurrency === 1) return { ENGINE_FASHION_CARD: `cog:${fake.url}` };
+  const file = join(mkdtempSync(join(tmpdir(), 'fake-cog-')), 'engines.yaml');
+  const routing = {
+    engines: { fake: { kind: 'cog', url: fake.url, concurrency: fake.concurrency } },
+    routes: { [TOOL]: { engine: 'fake', inputs: { clothes: 'clothes' } } },
+  };
+  // JSON is YAML.
+  writeFileSync(file, JSON.stringify(routing));
+  return { ENGINES_FILE: file };
 }
 
 /** Starts and, at the end, stops the service processes of one test file. */
@@ -70,6 +83,8 @@ export interface WorkerWorldOptions {
   queue?: boolean;
   /** Servers to build the environment on instead of the shared ones. */
   servers?: EnvironmentServers;
+  /** Predictions the fake Cog server runs at once (default 1, as Cog; above 1 the tool is routed by a routing file). */
+  concurrency?: number;
 }
 
 /**
@@ -89,7 +104,7 @@ export class WorkerWorld {
     const env = await createTestEnvironment(options.servers);
     let fake: FakeCog;
     try {
-      fake = await startFakeCog(answer);
+      fake = await startFakeCog(answer, { concurrency: options.concurrency });
     } catch (error) {
       await env.dispose();
       throw error;

@@ -4,6 +4,7 @@ import type Bull from 'bull';
 import type { TestEnvironment } from '../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256 } from '../support/fake-cog.js';
 import type { RunningService } from '../support/service.js';
+import { REQUEST_ATTEMPTS } from '../../src/engines/remote-http.js';
 import {
   cogEngine,
   createUser,
@@ -21,7 +22,8 @@ import { type HistoryItemBody } from '../support/client.js';
 
 const ATTEMPTS = 3;
 /** Short, so a hanging engine uses up its attempts quickly. */
-const ENGINE_TIMEOUT_MS = 800;
+// Longer than one attempt's own retries of a failing request (remote-http's backoff).
+const ENGINE_TIMEOUT_MS = 3000;
 
 describe('engine failures', () => {
   let world: WorkerWorld;
@@ -120,7 +122,8 @@ describe('engine failures', () => {
 
     await expectFailedLeavingNothing(env, api.baseUrl, item, 'engine_failed');
     expectPlainMessage(item);
-    expect(fake.requestsFor(clothes)).toHaveLength(ATTEMPTS);
+    // Each attempt of the job tried the request itself before giving up.
+    expect(fake.requestsFor(clothes)).toHaveLength(ATTEMPTS * REQUEST_ATTEMPTS);
   }, 60_000);
 
   it('fails at once as engine_failed when the engine rejects the request (422)', async () => {

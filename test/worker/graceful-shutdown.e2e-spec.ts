@@ -36,7 +36,7 @@ describe('a worker told to stop (SIGTERM) while jobs run', () => {
   });
 
   beforeAll(async () => {
-    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
+    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { concurrency: CONCURRENCY });
     ({ env, processes, fake, queue } = world);
     api = await processes.start('api', cogEngine(fake));
     ({ key } = await createUser(env));

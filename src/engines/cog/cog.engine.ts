@@ -1,108 +1,153 @@
-import sharp from 'sharp';
-import { IMAGE_MIME_TYPES, imageFormatOf } from '../../common/image-format.js';
-
+import type { CogRoute } from '../../config/engine-settings.js';
+import type { Engine, EngineImage, EngineLimits, EngineRequest } from '../engine.js';
 import {
-  EngineTimeoutError,
-  PermanentEngineError,
-  TransientEngineError,
-  type Engine,
-  type EngineImage,
-  type EngineRequest,
-} from '../engine.js';
+  dataUriHead,
+  decodeDataUri,
+  engineFailed,
+  errorDetail,
+  quote,
+  sleep,
+  verifyImage,
+  type RemoteHttp,
+} from '../remote-http.js';
 
-export interface CogEngineOptions {
-  /** Limit for the prediction request (sending, running, answering) and, separately, for an output download. */
-  timeoutMs: number;
-  /** Largest output image accepted, in decoded bytes. */
-  maxOutputBytes: number;
-}
+/** The input names of the model a Cog server serves, from its schema. */
+export type CogInputs = ReadonlySet<string>;
 
-/** Cut for model error text and error bodies quoted in failure messages. */
-const QUOTE_MAX_CHARS = 300;
-/** Error bodies are read only this far (they are quoted, truncated, in the message). */
-const ERROR_BODY_MAX_BYTES = 64 * 1024;
-/** Room in the prediction response for what comes besides the output: echoed input, logs, metrics. */
+/** The model input that carries the job's generation type on the `ENGINE_<TOOL>=cog:<url>` shortcut. */
+const GENERATION_TYPE = 'generation_type';
+/** Room in a prediction answer for what comes besides the output: echoed input, logs, metrics. */
 const RESPONSE_SLACK_BYTES = 4 * 1024 * 1024;
 /** Base64 is encoded in slices of this many bytes (a multiple of 3, so slices concatenate without padding). */
 const BASE64_SLICE_BYTES = 3 * 64 * 1024;
+/**
+ * Cog answers a PUT of a prediction it is still running (an earlier attempt of the job) with its state and cannot be
+ * polled; the PUT is repeated this often until the run has ended and the PUT runs the job again.
+ */
+const RUNNING_RECHECK_MS = 1000;
+/** The cancel request's own limit: it is sent after the job's signal has fired. */
+const CANCEL_TIMEOUT_MS = 5000;
 
 /** Where the image lies once the prediction succeeded. */
-type PredictionOutput = { kind: 'bytes'; data: Buffer } | { kind: 'url'; url: URL };
+type PredictionOutput = { kind: 'bytes'; data: Buffer } | { kind: 'url'; url: string };
 
 /**
- * Runs a generation on a model served with Cog's HTTP prediction API (`POST /predictions`, synchronous mode).
- * Image inputs go as data URIs, texts as strings, plus `generation_type`; the output (a data URI or an http(s) URL,
- * or an array whose first item is one) comes back as the encoded image it is.
+ * One route to a Cog model (ENGINES.md, "cog"): a synchronous `PUT /predictions/{job id}` with the tool's inputs
+ * under the model's names and the route's params beside them; `POST /predictions/{job id}/cancel` when the job is
+ * stopped. A synchronous call says nothing of its progress, so none is reported.
  */
 export class CogEngine implements Engine {
-  private readonly predictionsUrl: URL;
-
   constructor(
-    baseUrl: string,
-    private readonly options: CogEngineOptions,
-  ) {
-    let base: URL;
-    try {
-      base = new URL(baseUrl);
-    } catch {
-      throw new Error(`Cog engine base URL '${baseUrl}' is not a valid URL`);
-    }
-    if (base.protocol !== 'http:' && base.protocol !== 'https:') {
-      throw new Error(`Cog engine base URL must be http(s), got '${base.protocol}'`);
-    }
-    if (base.username || base.password) {
-      throw new Error('Cog engine base URL must not contain credentials');
-    }
-    if (!Number.isFinite(options.timeoutMs) || options.timeoutMs <= 0) {
-      throw new Error(`Cog engine timeoutMs must be a positive number, got ${options.timeoutMs}`);
-    }
-    if (!Number.isSafeInteger(options.maxOutputBytes) || options.maxOutputBytes <= 0) {
-      throw new Error(`Cog engine maxOutputBytes must be a positive integer, got ${options.maxOutputBytes}`);
-    }
-    this.predictionsUrl = new URL(`${base.pathname.replace(/\/+$/, '')}/predictions`, base);
-    this.predictionsUrl.search = '';
-    this.predictionsUrl.hash = '';
-  }
+    private readonly http: RemoteHttp,
+    private readonly route: CogRoute,
+    private readonly serverUrl: string,
+    private readonly limits: EngineLimits,
+    private readonly modelInputs: (signal: AbortSignal | undefined) => Promise<CogInputs>,
+  ) {}
 
   async generate(request: EngineRequest): Promise<Extract<EngineImage, { kind: 'encoded' }>> {
     request.signal?.throwIfAborted();
+    this.checkInputs(await this.modelInputs(request.signal));
     const data = await this.fetchOutput(request);
-    await verifyImage(data);
+    await verifyImage(data, 'Cog');
     request.signal?.throwIfAborted();
     return { kind: 'encoded', data };
   }
 
-  /** Separate from {@link generate} so that the request body and the raw response are dropped once decoded. */
+  /** Cog drops input names it does not know without a word, so a mapping mistake would run the model wrongly. */
+  private checkInputs(known: CogInputs): void {
+    const missing: string[] = [];
+    for (const [toolName, modelName] of Object.entries(this.route.inputs)) {
+      if (!known.has(modelName)) missing.push(`"${modelName}" (${this.where('inputs', toolName)})`);
+    }
+    for (const name of Object.keys(this.route.params)) {
+      if (!known.has(name)) missing.push(`"${name}" (${this.where('params', name)})`);
+    }
+    if (this.route.passGenerationType && !known.has(GENERATION_TYPE)) {
+      missing.push(`"${GENERATION_TYPE}" (${this.shortcut()} sends the generation type)`);
+    }
+    if (missing.length === 0) return;
+    const message = `The model at ${this.serverUrl} has no input${missing.length > 1 ? 's' : ''} ${missing.join(', ')}; its inputs: ${[...known].join(', ')}`;
+    throw engineFailed(message, message);
+  }
+
+  /** The setting a name comes from, as the operator wrote it. */
+  private where(section: 'inputs' | 'params', name: string): string {
+    if (this.route.passGenerationType) return `${this.shortcut()}, input ${name}`;
+    return `routes.${this.route.key}.${section}.${name}`;
+  }
+
+  private shortcut(): string {
+    return `ENGINE_${this.route.tool.toUpperCase()}`;
+  }
+
+  /** Separate from {@link generate} so that the request body and the raw answer are dropped once decoded. */
   private async fetchOutput(request: EngineRequest): Promise<Buffer> {
     const output = await this.predict(request);
     if (output.kind === 'bytes') return output.data;
-    return this.download(output.url, request.signal);
+    return this.http.download(output.url, request.signal);
   }
 
   private async predict(request: EngineRequest): Promise<PredictionOutput> {
-    const body = buildPredictionBody(request);
-    // The answer may echo the input and carries the output base64-encoded, plus logs.
-    const maxResponseBytes = body.length + base64Length(this.options.maxOutputBytes) + RESPONSE_SLACK_BYTES;
-    const raw = await this.fetchCapped(
-      this.predictionsUrl,
-      {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json', Accept: 'application/json', Prefer: 'wait' },
-        body,
-      },
-      { what: 'Cog prediction', maxBytes: maxResponseBytes, callerSignal: request.signal },
-    );
-    const prediction = parsePrediction(raw);
-    return this.readOutput(prediction);
+    const body = buildPredictionBody(this.route, request);
+    // An answer to a repeated PUT echoes the input; a final one carries the output base64-encoded, plus logs.
+    const maxBytes = body.length + base64Length(this.limits.maxOutputBytes) + RESPONSE_SLACK_BYTES;
+    const path = `/predictions/${encodeURIComponent(request.jobId)}`;
+    const signal = request.signal;
+    let canceled: Promise<void> | undefined;
+    const cancel = () => {
+      canceled = this.cancel(path);
+    };
+    signal?.addEventListener('abort', cancel, { once: true });
+    try {
+      signal?.throwIfAborted();
+      for (;;) {
+        const answer = await this.http.request({
+          method: 'PUT',
+          path,
+          body,
+          contentType: 'application/json',
+          maxBytes,
+          signal,
+          answerStatuses: [422],
+        });
+        if (answer.status === 422) {
+          const detail = errorDetail(answer.body);
+          throw engineFailed(`Cog refused the input (HTTP 422)${detail ? `: ${detail}` : ''}`, detail || undefined);
+        }
+        const prediction = parsePrediction(answer.body);
+        if (prediction['status'] === 'starting' || prediction['status'] === 'processing') {
+          await sleep(RUNNING_RECHECK_MS, signal);
+          continue;
+        }
+        return this.readOutput(prediction, signal);
+      }
+    } catch (error) {
+      // The GPU is freed before the job's stop is reported.
+      if (canceled) await canceled;
+      throw error;
+    } finally {
+      signal?.removeEventListener('abort', cancel);
+    }
   }
 
-  private readOutput(prediction: Record<string, unknown>): PredictionOutput {
+  /** Tells Cog to stop the job's prediction; a prediction already over (404) or a server gone changes nothing. */
+  private async cancel(path: string): Promise<void> {
+    await this.http
+      .request({ method: 'POST', path: `${path}/cancel`, signal: AbortSignal.timeout(CANCEL_TIMEOUT_MS) })
+      .catch(() => undefined);
+  }
+
+  private readOutput(prediction: Record<string, unknown>, signal: AbortSignal | undefined): PredictionOutput {
     const status = prediction['status'];
     if (status === 'failed') {
-      const error = typeof prediction['error'] === 'string' ? quote(prediction['error']) : '';
-      throw engineFailed(`Cog prediction failed: ${error || '(no error message)'}`);
+      const error = typeof prediction['error'] === 'string' ? prediction['error'] : '';
+      throw engineFailed(`Cog prediction failed: ${quote(error) || '(no error message)'}`, error || undefined);
     }
-    if (status === 'canceled') throw engineFailed('Cog prediction was canceled');
+    if (status === 'canceled') {
+      signal?.throwIfAborted();
+      throw engineFailed('Cog prediction was canceled on the model server', 'The model server canceled the run.');
+    }
     if (status !== 'succeeded') {
       const shown = typeof status === 'string' ? `'${quote(status, 40)}'` : 'missing';
       throw engineFailed(`Cog prediction has no usable output: status ${shown}, expected 'succeeded'`);
@@ -113,114 +158,41 @@ export class CogEngine implements Engine {
     if (typeof output !== 'string' || output.length === 0) {
       throw engineFailed('Cog prediction succeeded without an image output (expected a data URI or an http(s) URL)');
     }
-    if (/^data:/i.test(output)) return { kind: 'bytes', data: this.decodeDataUri(output) };
-
-    let url: URL | undefined;
-    try {
-      url = new URL(output);
-    } catch {
-      url = undefined;
+    if (/^data:/i.test(output)) {
+      return { kind: 'bytes', data: decodeDataUri(output, this.limits.maxOutputBytes, 'Cog') };
     }
-    if (url?.protocol !== 'http:' && url?.protocol !== 'https:') {
+    if (!/^https?:\/\//i.test(output)) {
       throw engineFailed('Cog prediction output is neither a data URI nor an http(s) URL');
     }
-    return { kind: 'url', url };
-  }
-
-  private decodeDataUri(uri: string): Buffer {
-    const comma = uri.indexOf(',');
-    const params = comma < 0 ? [] : uri.slice('data:'.length, comma).split(';');
-    if (comma < 0 || params[params.length - 1]?.trim().toLowerCase() !== 'base64') {
-      throw engineFailed('Cog prediction output is a data URI that is not base64-encoded');
-    }
-    const payloadChars = uri.length - comma - 1;
-    if (Math.floor((payloadChars * 3) / 4) - 2 > this.options.maxOutputBytes) {
-      throw this.tooLarge();
-    }
-    const data = Buffer.from(uri.slice(comma + 1), 'base64');
-    if (data.length > this.options.maxOutputBytes) throw this.tooLarge();
-    return data;
-  }
-
-  private download(url: URL, callerSignal: AbortSignal | undefined): Promise<Buffer> {
-    return this.fetchCapped(
-      url,
-      { method: 'GET', headers: { Accept: 'image/jpeg, image/png, image/webp, image/*;q=0.8' }, redirect: 'follow' },
-      {
-        what: 'Cog output download',
-        maxBytes: this.options.maxOutputBytes,
-        callerSignal,
-        tooLarge: () => this.tooLarge(),
-      },
-    );
-  }
-
-  /**
-   * One HTTP exchange with its own timeout, combined with the caller's signal: the status is mapped to an error,
-   * then the body is read up to `maxBytes`. Failures come out mapped (transient or permanent) except a caller abort,
-   * which comes out as the caller's `signal.reason`.
-   */
-  private async fetchCapped(
-    url: URL,
-    init: RequestInit,
-    context: { what: string; maxBytes: number; callerSignal: AbortSignal | undefined; tooLarge?: () => Error },
-  ): Promise<Buffer> {
-    const { what, maxBytes, callerSignal } = context;
-    const timeout = AbortSignal.timeout(this.options.timeoutMs);
-    const signal = callerSignal ? AbortSignal.any([timeout, callerSignal]) : timeout;
-    const target = describeUrl(url);
-    try {
-      const response = await fetch(url, { ...init, signal });
-      if (!response.ok) {
-        const detail = errorDetail(await readBody(response, ERROR_BODY_MAX_BYTES, () => undefined));
-        throw httpError(response.status, `${what} (${init.method} ${target})`, detail);
-      }
-      const tooLarge = context.tooLarge ?? (() => engineFailed(`${what} answer is larger than ${maxBytes} bytes`));
-      return await readBody(response, maxBytes, tooLarge);
-    } catch (error) {
-      if (callerSignal?.aborted) throw callerSignal.reason;
-      if (error instanceof PermanentEngineError || error instanceof TransientEngineError) throw error;
-      if (timeout.aborted) {
-        throw new EngineTimeoutError(`${what} timed out after ${this.options.timeoutMs} ms (${target})`, {
-          cause: error,
-        });
-      }
-      throw new TransientEngineError(`${what} failed to reach ${target}: ${networkErrorCode(error)}`, {
-        cause: error,
-      });
-    }
-  }
-
-  private tooLarge(): PermanentEngineError {
-    return engineFailed(`Cog output image is larger than the ${this.options.maxOutputBytes} bytes allowed`);
+    return { kind: 'url', url: output };
   }
 }
 
 /**
- * `{"input": {"generation_type": ..., <text>: ..., <image>: "data:image/...;base64,..."}}` written straight into one
- * buffer of the exact size: the only copy of the images the request needs (no base64 string, no JSON string).
+ * `{"input": {...}}` with each mapped input under the model's name (images as data URIs, texts as strings), the
+ * route's params, and the generation type on the shortcut, written into one buffer: the images' base64 goes straight
+ * into it, never into an intermediate string.
  */
-export function buildPredictionBody(request: Pick<EngineRequest, 'generationType' | 'images' | 'texts'>): Buffer {
+export function buildPredictionBody(
+  route: CogRoute,
+  request: Pick<EngineRequest, 'generationType' | 'images' | 'texts'>,
+): Buffer {
   const seen = new Set<string>();
   const claim = (name: string): string => {
-    if (seen.has(name)) throw engineFailed(`Cog input '${quote(name, 60)}' is given twice`);
+    if (seen.has(name)) throw engineFailed(`routes.${route.key}: the model input '${quote(name, 60)}' is given twice`);
     seen.add(name);
     return `${seen.size === 1 ? '' : ','}${JSON.stringify(name)}:`;
   };
 
   const segments: (string | Buffer)[] = ['{"input":{'];
-  segments.push(claim('generation_type') + JSON.stringify(request.generationType));
-  for (const [name, text] of Object.entries(request.texts)) {
-    segments.push(claim(name) + JSON.stringify(text));
+  for (const [toolName, modelName] of Object.entries(route.inputs)) {
+    const image = request.images[toolName];
+    const text = request.texts[toolName];
+    if (image) segments.push(`${claim(modelName)}"${dataUriHead(toolName, image)}`, image, '"');
+    else if (text !== undefined) segments.push(claim(modelName) + JSON.stringify(text));
   }
-  for (const [name, image] of Object.entries(request.images)) {
-    const format = imageFormatOf(image);
-    if (!format) {
-      const message = `input image '${quote(name, 60)}' is not a JPEG, PNG or WebP file`;
-      throw new PermanentEngineError('invalid_image', message);
-    }
-    segments.push(`${claim(name)}"data:${IMAGE_MIME_TYPES[format]};base64,`, image, '"');
-  }
+  for (const [name, value] of Object.entries(route.params)) segments.push(claim(name) + JSON.stringify(value));
+  if (route.passGenerationType) segments.push(claim(GENERATION_TYPE) + JSON.stringify(request.generationType));
   segments.push('}}');
 
   let size = 0;
@@ -256,126 +228,6 @@ function parsePrediction(raw: Buffer): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
-/** Verify the output is a JPEG, PNG or WebP image sharp can read. */
-async function verifyImage(data: Buffer): Promise<void> {
-  let format: string | undefined;
-  try {
-    ({ format } = await sharp(data).metadata());
-  } catch {
-    throw engineFailed(`Cog output is not an image (${data.length} bytes sharp cannot read)`);
-  }
-  if (format !== 'jpeg' && format !== 'png' && format !== 'webp') {
-    throw engineFailed(`Cog output is a ${format ?? 'unknown'} image, expected JPEG, PNG or WebP`);
-  }
-}
-
-/** Read a body up to `maxBytes`; past that, cancel it and throw `tooLarge()` (or return the bytes read so far). */
-async function readBody(response: Response, maxBytes: number, tooLarge: () => Error | undefined): Promise<Buffer> {
-  const declared = Number(response.headers.get('content-length') ?? '');
-  if (Number.isFinite(declared) && declared > maxBytes) {
-    const error = tooLarge();
-    if (error) {
-      await response.body?.cancel().catch(() => undefined);
-      throw error;
-    }
-  }
-  if (!response.body) return Buffer.alloc(0);
-  const reader: ReadableStreamDefaultReader<Uint8Array> = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      if (total + value.byteLength > maxBytes) {
-        const error = tooLarge();
-        if (error) throw error;
-        chunks.push(value.subarray(0, maxBytes - total));
-        total = maxBytes;
-        await reader.cancel().catch(() => undefined);
-        break;
-      }
-      chunks.push(value);
-      total += value.byteLength;
-    }
-  } catch (error) {
-    await reader.cancel().catch(() => undefined);
-    throw error;
-  }
-  return Buffer.concat(chunks, total);
-}
-
-function httpError(status: number, what: string, detail: string): Error {
-  const message = `${what} answered HTTP ${status}${detail ? `: ${detail}` : ''}`;
-  if (status === 408 || status === 409 || status === 429 || status >= 500) return new TransientEngineError(message);
-  return engineFailed(message);
-}
-
-/** A short, safe summary of an error body: FastAPI/pydantic `detail` entries without their echoed input values. */
-function errorDetail(raw: Buffer): string {
-  const text = raw.toString('utf8');
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    return quote(text);
-  }
-  if (typeof parsed === 'object' && parsed !== null) {
-    const record = parsed as Record<string, unknown>;
-    const detail = record['detail'];
-    if (Array.isArray(detail)) {
-      return quote(
-        detail
-          .map((item: unknown) => {
-            if (typeof item !== 'object' || item === null) return typeof item === 'string' ? item : '';
-            const { loc, msg } = item as { loc?: unknown; msg?: unknown };
-            const where = Array.isArray(loc) ? loc.join('.') : '';
-            return `${where}${where && typeof msg === 'string' ? ': ' : ''}${typeof msg === 'string' ? msg : ''}`;
-          })
-          .filter(Boolean)
-          .join('; '),
-      );
-    }
-    for (const key of ['detail', 'error', 'message']) {
-      const value = record[key];
-      if (typeof value === 'string') return quote(value);
-    }
-  }
-  return '';
-}
-
-/**
- * Text from the other side made fit for a failure message: data URIs and long base64 runs (echoed image bytes)
- * replaced, whitespace collapsed, cut to `max` characters.
- */
-function quote(text: string, max = QUOTE_MAX_CHARS): string {
-  const cleaned = text
-    .replace(/data:[^,\s"']*,[A-Za-z0-9+/=_%-]*/gi, 'data:…')
-    .replace(/[A-Za-z0-9+/=]{120,}/g, '…')
-    .replace(/\s+/g, ' ')
-    .trim();
-  return cleaned.length > max ? `${cleaned.slice(0, max - 1)}…` : cleaned;
-}
-
-function networkErrorCode(error: unknown): string {
-  // Duck-typed: fetch's errors may come from another realm (e.g. under Jest's VM modules), failing `instanceof`.
-  const { message, cause } = (error ?? {}) as { message?: unknown; cause?: unknown };
-  const { code, message: causeMessage } = (cause ?? {}) as { code?: unknown; message?: unknown };
-  if (typeof code === 'string' && code) return code;
-  if (typeof causeMessage === 'string' && causeMessage) return quote(causeMessage, 120);
-  if (typeof message === 'string' && message) return quote(message, 120);
-  return 'unknown error';
-}
-
-/** A URL for messages: no query (it may carry a signed token), no credentials. */
-function describeUrl(url: URL): string {
-  return `${url.origin}${url.pathname}`;
-}
-
 function base64Length(bytes: number): number {
   return Math.ceil(bytes / 3) * 4;
-}
-
-function engineFailed(message: string): PermanentEngineError {
-  return new PermanentEngineError('engine_failed', message);
 }

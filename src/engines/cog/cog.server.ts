@@ -1,24 +1,67 @@
 import type { CogRoute, CogServerSetting } from '../../config/engine-settings.js';
 import type { Engine, EngineLimits, EngineServer } from '../engine.js';
-import { CogEngine } from './cog.engine.js';
+import { RemoteHttp, engineFailed } from '../remote-http.js';
+import { CogEngine, type CogInputs } from './cog.engine.js';
 
-/** A Cog container: one model, served at `setting.url`. (Being rewritten to ENGINES.md's `cog` kind.) */
+/** `GET /health-check` statuses of a model that takes predictions: idle, or with every slot in use. */
+const UP_STATUSES = new Set(['READY', 'BUSY']);
+
+/** The part of Cog's `GET /openapi.json` the engine reads. */
+interface CogOpenApi {
+  components?: { schemas?: { Input?: { properties?: Record<string, unknown> } } };
+}
+
+/**
+ * A Cog container (ENGINES.md, "cog"): one model behind Cog's HTTP API, at `setting.url`. Its routes share the
+ * model's input schema, read once from `GET /openapi.json`.
+ */
 export class CogServer implements EngineServer<CogRoute> {
+  private readonly http: RemoteHttp;
+  /** Kept once read; until then each job reads it (a failed read fails only its job). */
+  private inputs: CogInputs | undefined;
+
   constructor(
     private readonly setting: CogServerSetting,
     private readonly limits: EngineLimits,
-  ) {}
-
-  engineFor(_route: CogRoute): Engine {
-    return new CogEngine(this.setting.url, {
-      timeoutMs: this.setting.timeoutMs,
-      maxOutputBytes: this.limits.maxOutputBytes,
+  ) {
+    this.http = new RemoteHttp({
+      baseUrl: setting.url,
+      headers: setting.headers,
+      // A synchronous prediction keeps its request open for the whole run.
+      requestTimeoutMs: setting.timeoutMs,
+      maxOutputBytes: limits.maxOutputBytes,
+      what: 'Cog',
     });
   }
 
-  async probe(): Promise<boolean> {
-    return Promise.resolve(true);
+  engineFor(route: CogRoute): Engine {
+    return new CogEngine(this.http, route, this.setting.url, this.limits, (signal) => this.modelInputs(signal));
+  }
+
+  async probe(signal: AbortSignal): Promise<boolean> {
+    const health = await this.http.json<{ status?: unknown }>({
+      method: 'GET',
+      path: '/health-check',
+      signal,
+      retry: false,
+    });
+    return typeof health.status === 'string' && UP_STATUSES.has(health.status);
   }
 
   async close(): Promise<void> {}
+
+  private async modelInputs(signal: AbortSignal | undefined): Promise<CogInputs> {
+    this.inputs ??= await this.readInputs(signal);
+    return this.inputs;
+  }
+
+  private async readInputs(signal: AbortSignal | undefined): Promise<CogInputs> {
+    const schema = await this.http.json<CogOpenApi>({ method: 'GET', path: '/openapi.json', signal });
+    const properties = schema.components?.schemas?.Input?.properties;
+    if (typeof properties !== 'object' || properties === null) {
+      const message = `The model at ${this.setting.url} publishes no input schema (components.schemas.Input in /openapi.json).`;
+      throw engineFailed(message, message);
+    }
+    return new Set(Object.keys(properties));
+  }
 }

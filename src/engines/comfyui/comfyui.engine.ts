@@ -172,7 +172,7 @@ export class ComfyEngine implements Engine {
       path: '/prompt',
       body: { prompt, client_id: socket.clientId, prompt_id: promptId },
       retry: false,
-      accept: [400],
+      answerStatuses: [400],
       signal: request.signal,
     });
     const answer = parseJson(body) as { prompt_id?: unknown } | undefined;

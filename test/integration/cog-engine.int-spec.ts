@@ -1,0 +1,327 @@
+import sharp from 'sharp';
+import type { CogRoute, CogServerSetting } from '../../src/config/engine-settings.js';
+import { CogServer } from '../../src/engines/cog/cog.server.js';
+import {
+  EngineTimeoutError,
+  PermanentEngineError,
+  TransientEngineError,
+  type EngineRequest,
+} from '../../src/engines/engine.js';
+import { type FakeCog, type FakeCogSchema, sha256, startFakeCog } from '../support/fake-cog.js';
+
+/** The IDM-VTON shape: a person and a garment under the model's names, and fixed params beside them. */
+const VTON_SCHEMA: FakeCogSchema = {
+  properties: {
+    human_img: { type: 'string', format: 'uri' },
+    garm_img: { type: 'string', format: 'uri' },
+    garment_des: { type: 'string' },
+    category: { type: 'string', enum: ['upper_body', 'lower_body', 'dresses'] },
+    steps: { type: 'integer', default: 30 },
+  },
+  required: ['human_img', 'garm_img', 'garment_des'],
+};
+
+const LIMITS = { maxOutputBytes: 1024 * 1024, limitInputPixels: 4096 * 4096 };
+
+function solid(width: number, height: number, background: string): ReturnType<typeof sharp> {
+  return sharp({ create: { width, height, channels: 3, background } });
+}
+
+async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+function expectEngineFailed(error: unknown, message?: RegExp): PermanentEngineError {
+  expect(error).toBeInstanceOf(PermanentEngineError);
+  const failure = error as PermanentEngineError;
+  expect(failure.code).toBe('engine_failed');
+  if (message) expect(failure.message).toMatch(message);
+  return failure;
+}
+
+describe('CogServer against a fake Cog model', () => {
+  let fake: FakeCog;
+  let person: Buffer;
+  let clothes: Buffer;
+  let output: Buffer;
+  let jobs = 0;
+
+  const setting = (overrides: Partial<CogServerSetting> = {}): CogServerSetting => ({
+    name: 'vton',
+    kind: 'cog',
+    url: fake.url,
+    concurrency: 1,
+    timeoutMs: 5000,
+    headers: { Authorization: 'Bearer secret' },
+    ...overrides,
+  });
+  const route = (overrides: Partial<CogRoute> = {}): CogRoute => ({
+    key: 'fashion_swap_half/upper',
+    tool: 'fashion_swap_half',
+    generationType: 'upper',
+    engine: 'vton',
+    describe: {},
+    kind: 'cog',
+    inputs: { person: 'human_img', clothes: 'garm_img' },
+    params: { category: 'upper_body', garment_des: 'a garment' },
+    passGenerationType: false,
+    ...overrides,
+  });
+  const engine = (routeOverrides: Partial<CogRoute> = {}, settingOverrides: Partial<CogServerSetting> = {}) =>
+    new CogServer(setting(settingOverrides), LIMITS).engineFor(route(routeOverrides));
+  const request = (overrides: Partial<EngineRequest> = {}): EngineRequest => ({
+    jobId: `job-${++jobs}`,
+    tool: 'fashion_swap_half',
+    generationType: 'upper',
+    images: { person, clothes },
+    texts: {},
+    ...overrides,
+  });
+
+  beforeAll(async () => {
+    person = await solid(6, 8, '#cc6633').jpeg().toBuffer();
+    clothes = await solid(8, 6, '#3366cc').png().toBuffer();
+    output = await solid(5, 4, '#22aa44').png().toBuffer();
+  });
+
+  beforeEach(async () => {
+    fake = await startFakeCog(() => ({ kind: 'succeed', image: output }), { schema: VTON_SCHEMA });
+  });
+
+  afterEach(async () => {
+    await fake.close();
+  });
+
+  describe('a job', () => {
+    it('sends the mapped inputs and the params under the model names, with the headers, to PUT /predictions/{job id}', async () => {
+      const sut = engine();
+      const job = request();
+
+      const result = await sut.generate(job);
+
+      expect(result).toEqual({ kind: 'encoded', data: output });
+      expect(fake.requests).toHaveLength(1);
+      const [prediction] = fake.requests;
+      expect(prediction).toMatchObject({ id: job.jobId, method: 'PUT', status: 'succeeded', dropped: [] });
+      expect(prediction.images).toEqual({ human_img: sha256(person), garm_img: sha256(clothes) });
+      expect(prediction.texts).toEqual({ category: 'upper_body', garment_des: 'a garment' });
+      expect(prediction.generationType).toBeUndefined();
+      const put = fake.calls.find((call) => call.method === 'PUT')!;
+      expect(put.path).toBe(`/predictions/${job.jobId}`);
+      expect(put.headers['content-type']).toBe('application/json');
+      expect(put.headers['prefer']).toBeUndefined();
+      expect(fake.calls.every((call) => call.headers['authorization'] === 'Bearer secret')).toBe(true);
+    });
+
+    it('sends the generation type and the tool names on the ENGINE_<TOOL> shortcut', async () => {
+      fake.setSchema({
+        properties: { generation_type: { type: 'string' }, clothes: { type: 'string', format: 'uri' } },
+      });
+      const sut = engine({
+        key: 'fashion_card',
+        tool: 'fashion_card',
+        inputs: { clothes: 'clothes' },
+        params: {},
+        passGenerationType: true,
+      });
+
+      await sut.generate(request({ tool: 'fashion_card', generationType: 'product_card', images: { clothes } }));
+
+      expect(fake.requests[0].images).toEqual({ clothes: sha256(clothes) });
+      expect(fake.requests[0].generationType).toBe('product_card');
+    });
+
+    it('sends a text input as a string under its model name', async () => {
+      fake.setSchema({ properties: { image: { type: 'string', format: 'uri' }, text_prompt: { type: 'string' } } });
+      const sut = engine({
+        key: 'enhance',
+        tool: 'enhance',
+        inputs: { image: 'image', prompt: 'text_prompt' },
+        params: {},
+      });
+
+      await sut.generate(request({ images: { image: clothes }, texts: { prompt: 'sharper "please"' } }));
+
+      expect(fake.requests[0].texts).toEqual({ text_prompt: 'sharper "please"' });
+    });
+
+    it.each([
+      ['a URL on the server', 'url' as const],
+      ['a list whose first item is a data URI', 'list' as const],
+    ])('takes an output given as %s', async (_name, as) => {
+      fake.behave(() => ({ kind: 'succeed', image: output, as }));
+
+      const result = await engine().generate(request());
+
+      expect(result).toEqual({ kind: 'encoded', data: output });
+    });
+    it('waits for the run an earlier attempt of the job left going, instead of starting a second one beside it', async () => {
+      fake.behave(() => ({ kind: 'succeed', image: output, delayMs: 1500 }));
+      const job = request();
+      const first = engine().generate(job);
+      await fake.waitFor((f) => f.requests.length === 1, 'the first attempt to start the prediction');
+
+      const second = await engine().generate(job);
+
+      expect(second).toEqual({ kind: 'encoded', data: output });
+      await first;
+      expect(fake.requests[0].repeats).toBeGreaterThanOrEqual(1);
+      expect(fake.calls.filter((call) => call.status === 409)).toEqual([]);
+    });
+  });
+
+  describe('the model schema', () => {
+    it('fails the job naming the mapped input the model does not have, and runs nothing', async () => {
+      const error = await rejection(
+        engine({ inputs: { person: 'human_img', clothes: 'cloth_img' } }).generate(request()),
+      );
+
+      const failure = expectEngineFailed(error);
+      expect(failure.clientMessage).toBe(
+        `The model at ${fake.url} has no input "cloth_img" (routes.fashion_swap_half/upper.inputs.clothes); its inputs: human_img, garm_img, garment_des, category, steps`,
+      );
+      expect(fake.requests).toHaveLength(0);
+    });
+
+    it('names a param the model does not have, and generation_type on the shortcut', async () => {
+      const sut = engine({ params: { seed: 1 }, passGenerationType: true });
+
+      const failure = expectEngineFailed(await rejection(sut.generate(request())));
+
+      expect(failure.clientMessage).toContain(
+        'has no inputs "seed" (ENGINE_FASHION_SWAP_HALF, input seed), "generation_type"',
+      );
+    });
+
+    it('reads the schema once, and again on a later job when the read failed', async () => {
+      fake.failSchema(503);
+      const sut = engine();
+      expect(await rejection(sut.generate(request()))).toBeInstanceOf(TransientEngineError);
+      fake.failSchema(undefined);
+
+      await sut.generate(request());
+      await sut.generate(request());
+
+      const schemaReads = fake.calls.filter((call) => call.path === '/openapi.json');
+      expect(schemaReads.map((call) => call.status)).toEqual([503, 503, 503, 200]);
+    });
+  });
+
+  describe('failures', () => {
+    it("ends engine_failed with the model's own message for the client", async () => {
+      fake.behave(() => ({ kind: 'fail', error: 'CUDA out of memory. Tried to allocate 2.00 GiB' }));
+
+      const failure = expectEngineFailed(await rejection(engine().generate(request())), /Cog prediction failed: CUDA/);
+
+      expect(failure.clientMessage).toBe('CUDA out of memory. Tried to allocate 2.00 GiB');
+    });
+
+    it("ends engine_failed with Cog's detail when it refuses the input (422)", async () => {
+      const failure = expectEngineFailed(
+        await rejection(engine({ params: { category: 'hats', garment_des: 'a garment' } }).generate(request())),
+        /HTTP 422/,
+      );
+
+      expect(failure.clientMessage).toMatch(/^body\.input\.category: "hats" is not one of/);
+      expect(fake.requests).toHaveLength(0);
+    });
+
+    it('tries a 5xx again, then gives up as transient', async () => {
+      fake.behave(() => ({ kind: 'http', status: 503 }));
+
+      const error = await rejection(engine().generate(request()));
+
+      expect(error).toBeInstanceOf(TransientEngineError);
+      expect(error).not.toBeInstanceOf(EngineTimeoutError);
+      expect(fake.requests.map((prediction) => prediction.attempt)).toEqual([1, 2, 3]);
+    });
+
+    it('succeeds when a 5xx is followed by an answer', async () => {
+      fake.behave((prediction) =>
+        prediction.attempt === 1 ? { kind: 'http', status: 500 } : { kind: 'succeed', image: output },
+      );
+
+      expect(await engine().generate(request())).toEqual({ kind: 'encoded', data: output });
+    });
+
+    it('times out a run that does not end', async () => {
+      fake.behave(() => ({ kind: 'hang' }));
+      const sut = engine({}, { timeoutMs: 300 });
+
+      const error = await rejection(sut.generate(request({ signal: AbortSignal.timeout(5000) })));
+
+      expect(error).toBeInstanceOf(EngineTimeoutError);
+    });
+
+    it('refuses an output larger than the limit', async () => {
+      const big = await solid(64, 64, '#123456').png({ compressionLevel: 0 }).toBuffer();
+      fake.behave(() => ({ kind: 'succeed', image: big, as: 'url' }));
+      const sut = new CogServer(setting(), { ...LIMITS, maxOutputBytes: big.length - 1 }).engineFor(route());
+
+      expectEngineFailed(await rejection(sut.generate(request())), /larger than/);
+    });
+
+    it('is transient when the server is down', async () => {
+      const sut = engine();
+      await fake.close();
+
+      const error = await rejection(sut.generate(request()));
+
+      expect(error).toBeInstanceOf(TransientEngineError);
+      expect((error as Error).message).toMatch(/ECONNREFUSED/);
+      fake = await startFakeCog();
+    });
+  });
+
+  describe('cancel', () => {
+    it('sends POST /predictions/{id}/cancel once the signal fires, and the run ends canceled', async () => {
+      fake.behave(() => ({ kind: 'hang' }));
+      const stop = new AbortController();
+      const job = request({ signal: stop.signal });
+      const running = rejection(engine().generate(job));
+      await fake.waitFor((f) => f.requests.length === 1, 'the prediction to start');
+
+      stop.abort(new Error('item canceled'));
+      const error = await running;
+
+      expect((error as Error).message).toBe('item canceled');
+      expect(fake.cancels).toEqual([job.jobId]);
+      expect(fake.requests[0]).toMatchObject({ id: job.jobId, status: 'canceled' });
+    });
+  });
+
+  describe('progress', () => {
+    it('reports none: a synchronous call tells nothing', async () => {
+      fake.behave(() => ({ kind: 'succeed', image: output, delayMs: 200 }));
+      const reported: number[] = [];
+
+      await engine().generate(request({ onProgress: (fraction) => reported.push(fraction) }));
+
+      expect(reported).toEqual([]);
+    });
+  });
+
+  describe('probe', () => {
+    it('is up while the model is ready or busy, down once the server is gone', async () => {
+      const sut = new CogServer(setting(), LIMITS);
+      expect(await sut.probe(AbortSignal.timeout(2000))).toBe(true);
+      fake.behave(() => ({ kind: 'hang' }));
+      const stop = new AbortController();
+      const running = rejection(sut.engineFor(route()).generate(request({ signal: stop.signal })));
+      await fake.waitFor((f) => f.inFlight().length === 1, 'the prediction to start');
+
+      expect(await sut.probe(AbortSignal.timeout(2000))).toBe(true);
+
+      stop.abort(new Error('done'));
+      await running;
+      await fake.close();
+      expect(await sut.probe(AbortSignal.timeout(2000)).catch(() => false)).toBe(false);
+      fake = await startFakeCog();
+    });
+  });
+});
