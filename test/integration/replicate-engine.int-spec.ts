@@ -6,6 +6,7 @@ import type { ReplicateRoute, ReplicateServerSetting } from '../../src/config/en
 import {
   PermanentEngineError,
   TransientEngineError,
+  type EngineImage,
   type EngineRequest,
   type RunRecord,
 } from '../../src/engines/engine.js';
@@ -113,6 +114,11 @@ async function largeImage(): Promise<Buffer> {
     .toBuffer();
 }
 
+function bytesOf(image: EngineImage): Buffer {
+  if (image.kind !== 'encoded') throw new Error(`expected the encoded image Replicate made, got ${image.kind}`);
+  return image.data;
+}
+
 async function rejection(promise: Promise<unknown>): Promise<unknown> {
   return promise.then(
     () => {
@@ -131,12 +137,8 @@ describe('ReplicateEngine against the fake through Prism', () => {
 
     const result = await sut.generate(job(image, { onProgress: (fraction) => progress.push(fraction) }));
 
-    const metadata = await sharp(result.data).metadata();
-    expect({ kind: result.kind, format: metadata.format, width: metadata.width }).toEqual({
-      kind: 'encoded',
-      format: 'png',
-      width: 256,
-    });
+    const metadata = await sharp(bytesOf(result)).metadata();
+    expect({ format: metadata.format, width: metadata.width }).toEqual({ format: 'png', width: 256 });
     const [prediction] = fake.predictions;
     expect(fake.predictions).toHaveLength(1);
     expect(prediction).toMatchObject({
@@ -165,7 +167,7 @@ describe('ReplicateEngine against the fake through Prism', () => {
 
     const result = await sut.generate(job(image));
 
-    expect((await sharp(result.data).metadata()).format).toBe('png');
+    expect((await sharp(bytesOf(result)).metadata()).format).toBe('png');
     expect(fake.predictions).toHaveLength(1);
     expect(fake.predictions[0]).toMatchObject({
       createdBy: 'version',
@@ -327,7 +329,7 @@ describe('ReplicateEngine against the fake through Prism', () => {
 
     const result = await sut.generate(job(image, { runs }));
 
-    expect((await sharp(result.data).metadata()).format).toBe('png');
+    expect((await sharp(bytesOf(result)).metadata()).format).toBe('png');
     expect(fake.predictions).toHaveLength(1);
     expect(fake.cancels).toEqual([]);
     expect(runs.value).toBeUndefined();
