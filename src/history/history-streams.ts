@@ -27,14 +27,17 @@ export class HistoryStreams {
     const open: { stream?: EventStream } = {};
     let sent = '';
     let reading = Promise.resolve();
-    const refresh = () => {
+    // The running job's progress, as its worker announces it (it is not in the row).
+    let progress: number | undefined;
+    const refresh = (event?: WatchedEvent) => {
+      if (event?.kind === 'progress') progress = event.progress;
       reading = reading.then(async () => {
         const stream = open.stream;
         if (!stream || stream.isClosed) return;
         try {
           const item = await this.items.findOwned(userId, id);
           if (!item) return stream.end();
-          const dto = HistoryItemDto.from(item, this.config.mediaPublicBaseUrl);
+          const dto = HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress);
           const text = JSON.stringify(dto);
           if (text !== sent) stream.send('item', dto);
           sent = text;
