@@ -1,0 +1,264 @@
+import type Replicate from 'replicate';
+import { parseProgressFromLogs, type Prediction } from 'replicate';
+import { IMAGE_MIME_TYPES, imageFormatOf } from '../../common/image-format.js';
+import type { ReplicateRoute } from '../../config/engine-settings.js';
+import {
+  PermanentEngineError,
+  TransientEngineError,
+  type Engine,
+  type EngineImage,
+  type EngineLimits,
+  type EngineRequest,
+  type RunRecord,
+} from '../engine.js';
+import {
+  dataUri,
+  decodeDataUri,
+  engineFailed,
+  errorDetail,
+  httpError,
+  networkErrorCode,
+  quote,
+  sleep,
+  verifyImage,
+  type RemoteHttp,
+} from '../remote-http.js';
+
+/** Images up to this size go inline as data URIs; larger ones through the files API. */
+export const DATA_URI_MAX_BYTES = 1024 * 1024;
+/**
+ * How long the creation waits for the prediction to end (`Prefer: wait`), so a short run needs no polling. Kept to a
+ * second: until the creation answers, the prediction has no id a cancel could name.
+ */
+const PREFER_WAIT_SECONDS = 1;
+const POLL_INTERVAL_MS = 500;
+/** A cancel or a file deletion after the job's signal fired gets this long on its own. */
+const CLEANUP_TIMEOUT_MS = 5_000;
+
+const FINAL_STATUSES: ReadonlySet<string> = new Set(['succeeded', 'failed', 'canceled', 'aborted']);
+
+/** What a job's run record holds: the prediction, and the files it reads (deleted once it is final). */
+interface RunState {
+  prediction: string;
+  files: string[];
+}
+
+/**
+ * One route to a model on Replicate (ENGINES.md, "replicate"): the mapped inputs and the route's params, a prediction
+ * created with a short `Prefer: wait`, then polled until final with progress from its logs; resumed by a later
+ * attempt of the same job, canceled when the job's signal fires.
+ */
+export class ReplicateEngine implements Engine {
+  constructor(
+    private readonly client: Replicate,
+    private readonly route: ReplicateRoute,
+    private readonly downloads: RemoteHttp,
+    private readonly errorBodies: WeakMap<Response, string>,
+    private readonly limits: EngineLimits,
+  ) {}
+
+  async generate(request: EngineRequest): Promise<Extract<EngineImage, { kind: 'encoded' }>> {
+    const { signal, runs } = request;
+    signal?.throwIfAborted();
+    let run = await this.resume(runs, signal);
+    let prediction = run?.prediction;
+    const files = run?.state.files ?? [];
+    // Files stay while a prediction that may still read them runs on after this attempt (a later one deletes them).
+    let filesInUse = false;
+    try {
+      if (!prediction) {
+        prediction = await this.start(request, files);
+        run = { prediction, state: { prediction: prediction.id, files } };
+        await runs?.remember(JSON.stringify(run.state));
+      }
+      filesInUse = true;
+      prediction = await this.follow(prediction, request);
+      filesInUse = false;
+      const data = await this.output(prediction, signal);
+      await runs?.forget();
+      return { kind: 'encoded', data };
+    } catch (error) {
+      const mapped = this.mapError(error, 'prediction', signal);
+      if (signal?.aborted || mapped instanceof PermanentEngineError) {
+        filesInUse = false;
+        await runs?.forget();
+      }
+      throw mapped;
+    } finally {
+      if (!filesInUse) await this.deleteFiles(files);
+    }
+  }
+
+  /**
+   * The prediction an earlier attempt of this job started, to follow instead of running the model again; none when
+   * there was none, or it was canceled (by that attempt, on its way out) or is unknown to the API.
+   */
+  private async resume(
+    runs: RunRecord | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<{ prediction: Prediction | undefined; state: RunState } | undefined> {
+    const recalled = await runs?.recall();
+    if (!recalled) return undefined;
+    const state = parseRunState(recalled);
+    let prediction: Prediction | undefined;
+    try {
+      prediction = await this.client.predictions.get(state.prediction, { signal });
+    } catch (error) {
+      if (apiResponse(error)?.status !== 404) throw this.mapError(error, 'prediction', signal);
+    }
+    if (prediction && prediction.status !== 'canceled' && prediction.status !== 'aborted') {
+      return { prediction, state };
+    }
+    await this.deleteFiles(state.files);
+    await runs?.forget();
+    return undefined;
+  }
+
+  /**
+   * Creates the prediction. It has no id until the creation answers: an abort meanwhile ends the job at once, and
+   * the prediction is canceled as soon as its id is known.
+   */
+  private async start(request: EngineRequest, files: string[]): Promise<Prediction> {
+    const input = await this.input(request, files);
+    const target = this.route.model ? { model: this.route.model } : { version: this.route.version! };
+    const { signal } = request;
+    signal?.throwIfAborted();
+    const creating = this.client.predictions.create({ ...target, input, wait: PREFER_WAIT_SECONDS });
+    if (!signal) return creating;
+    const settled = new AbortController();
+    const aborted = new Promise<never>((_, reject) => {
+      signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true, signal: settled.signal });
+    });
+    try {
+      return await Promise.race([creating, aborted]);
+    } catch (error) {
+      if (signal.aborted) {
+        creating.then(
+          (late) => this.cancel(late.id),
+          () => undefined,
+        );
+      }
+      throw error;
+    } finally {
+      settled.abort();
+    }
+  }
+
+  /** The model's input: the route's params, then each mapped tool input under the model's name for it. */
+  private async input(request: EngineRequest, files: string[]): Promise<Record<string, unknown>> {
+    const input: Record<string, unknown> = { ...this.route.params };
+    for (const [name, modelName] of Object.entries(this.route.inputs)) {
+      const image = request.images[name];
+      if (image) input[modelName] = await this.imageInput(name, image, files, request.signal);
+      else if (request.texts[name] !== undefined) input[modelName] = request.texts[name];
+    }
+    return input;
+  }
+
+  private async imageInput(name: string, image: Buffer, files: string[], signal?: AbortSignal): Promise<string> {
+    if (image.length <= DATA_URI_MAX_BYTES) return dataUri(name, image);
+    const format = imageFormatOf(image);
+    if (!format) return dataUri(name, image); // refuses it, naming the input
+    const file = new File([new Uint8Array(image)], `${name}.${format}`, { type: IMAGE_MIME_TYPES[format] });
+    const uploaded = await this.client.files.create(file, {}, { signal });
+    files.push(uploaded.id);
+    return uploaded.urls.get;
+  }
+
+  /**
+   * Polls until the prediction is final, reporting the progress its logs show. When the signal fires, the
+   * prediction is canceled before the signal's reason is thrown.
+   */
+  private async follow(prediction: Prediction, request: EngineRequest): Promise<Prediction> {
+    const { signal, onProgress } = request;
+    let current = prediction;
+    let reported: number | undefined;
+    try {
+      for (;;) {
+        const fraction = parseProgressFromLogs(current)?.percentage;
+        if (fraction !== undefined && fraction !== reported) {
+          reported = fraction;
+          onProgress?.(fraction);
+        }
+        if (FINAL_STATUSES.has(current.status)) return current;
+        await sleep(POLL_INTERVAL_MS, signal);
+        current = await this.client.predictions.get(current.id, { signal });
+      }
+    } catch (error) {
+      if (signal?.aborted) await this.cancel(current.id);
+      throw error;
+    }
+  }
+
+  /** The image a succeeded prediction made: its output, or the first item of it, as a URL or a data URI. */
+  private async output(prediction: Prediction, signal: AbortSignal | undefined): Promise<Buffer> {
+    const what = `Replicate prediction ${prediction.id}`;
+    if (prediction.status === 'failed') {
+      const message = typeof prediction.error === 'string' ? prediction.error : '';
+      throw engineFailed(`${what} failed: ${quote(message) || '(no error message)'}`, message || undefined);
+    }
+    if (prediction.status !== 'succeeded') throw engineFailed(`${what} ended ${prediction.status}`);
+    const output: unknown = Array.isArray(prediction.output) ? prediction.output[0] : prediction.output;
+    if (typeof output !== 'string' || output.length === 0) {
+      throw engineFailed(`${what} succeeded without an image output (expected a URL or a data URI)`);
+    }
+    const data = /^data:/i.test(output)
+      ? decodeDataUri(output, this.limits.maxOutputBytes, 'Replicate')
+      : await this.downloads.download(output, signal);
+    await verifyImage(data, 'Replicate');
+    return data;
+  }
+
+  /** Tells Replicate to stop the prediction; a failure here cannot change the job's end, so it is not raised. */
+  private async cancel(id: string): Promise<void> {
+    await this.client.predictions
+      .cancel(id, { signal: AbortSignal.timeout(CLEANUP_TIMEOUT_MS) })
+      .catch(() => undefined);
+  }
+
+  /** Deletes uploaded inputs; one left behind expires on Replicate's side, so a failure is not the job's. */
+  private async deleteFiles(files: readonly string[]): Promise<void> {
+    await Promise.all(
+      files.map((id) =>
+        this.client.files.delete(id, { signal: AbortSignal.timeout(CLEANUP_TIMEOUT_MS) }).catch(() => undefined),
+      ),
+    );
+  }
+
+  /**
+   * The engine's error for a failure of the client: the signal's reason after an abort; Replicate refusing the request
+   * (4xx) fails the job with Replicate's `detail`; 429 and 5xx, already repeated by the client, fail the attempt.
+   */
+  private mapError(error: unknown, what: string, signal: AbortSignal | undefined): unknown {
+    if (signal?.aborted) return signal.reason;
+    if (error instanceof PermanentEngineError || error instanceof TransientEngineError) return error;
+    const response = apiResponse(error);
+    if (response) {
+      const detail = errorDetail(Buffer.from(this.errorBodies.get(response) ?? ''));
+      const mapped = httpError(response.status, `Replicate ${what}`, detail);
+      return mapped instanceof PermanentEngineError ? engineFailed(mapped.message, detail || undefined) : mapped;
+    }
+    if (error instanceof SyntaxError) return engineFailed(`Replicate ${what} answer is not JSON`);
+    return new TransientEngineError(`Replicate ${what} failed: ${networkErrorCode(error)}`, { cause: error });
+  }
+}
+
+/** The response of the client's `ApiError` (a status other than 2xx), told by its shape: the class is not exported. */
+function apiResponse(error: unknown): Response | undefined {
+  const response = (error as { response?: { status?: unknown } } | null)?.response;
+  return typeof response?.status === 'number' ? (response as Response) : undefined;
+}
+
+/** A run record as `generate` writes it; an unreadable one names a prediction without files. */
+function parseRunState(recalled: string): RunState {
+  try {
+    const parsed = JSON.parse(recalled) as Partial<RunState>;
+    if (typeof parsed.prediction === 'string') {
+      const files = Array.isArray(parsed.files) ? parsed.files.filter((id) => typeof id === 'string') : [];
+      return { prediction: parsed.prediction, files };
+    }
+  } catch {
+    // Not JSON: the bare prediction id.
+  }
+  return { prediction: recalled, files: [] };
+}
