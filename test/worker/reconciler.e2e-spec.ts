@@ -50,7 +50,12 @@ describe('the reconciler', () => {
       delayMs: delays.get(Object.values(request.images)[0]) ?? 0,
     }));
     ({ env, processes, fake, queue } = world);
-    const settings = { ...cogEngine(fake), JOB_DEADLINE_MS: String(DEADLINE_MS) };
+    // The boot refuses a deadline shorter than an engine's timeout: the engine's attempt is given less than the job.
+    const settings = {
+      ...cogEngine(fake),
+      JOB_DEADLINE_MS: String(DEADLINE_MS),
+      ENGINE_TIMEOUT_MS: String(DEADLINE_MS),
+    };
     [api] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);
     ({ key, userId } = await createUser(env));
   }, 60_000);

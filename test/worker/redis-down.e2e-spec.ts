@@ -130,6 +130,8 @@ describe('Redis unreachable from the API', () => {
         database: expect.objectContaining({ status: 'up' }),
         queue: expect.objectContaining({ status: 'down' }),
       },
+      // Model servers are listed, and never fail readiness; this one still answers.
+      engines: { [`cog:${fake.url}`]: { kind: 'cog', status: 'up' } },
     });
 
     await proxy.open();
