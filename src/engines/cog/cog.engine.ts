@@ -21,10 +21,17 @@ const RESPONSE_SLACK_BYTES = 4 * 1024 * 1024;
 /** Base64 is encoded in slices of this many bytes (a multiple of 3, so slices concatenate without padding). */
 const BASE64_SLICE_BYTES = 3 * 64 * 1024;
 /**
- * Cog answers a PUT of a prediction it is still running (an earlier attempt of the job) with its state and cannot be
- * polled; the PUT is repeated this often until the run has ended and the PUT runs the job again.
+ * Cog answers a PUT of a prediction it is still running (another run of the same job) with its state and cannot be
+ * polled; this run looks again this often.
  */
 const RUNNING_RECHECK_MS = 1000;
+/**
+ * How long a prediction that another run of the job saw end keeps this run from starting the model again: that run
+ * stores the result and the job ends (which stops this one). Past it, that run is taken to have died on the way.
+ */
+const FINISHED_GRACE_MS = 30_000;
+/** Kept in the job's run record when a run has the prediction's final answer, with the time. */
+const FINISHED = 'finished:';
 /** The cancel request's own limit: it is sent after the job's signal has fired. */
 const CANCEL_TIMEOUT_MS = 5000;
 
@@ -102,6 +109,7 @@ export class CogEngine implements Engine {
     try {
       signal?.throwIfAborted();
       for (;;) {
+        await this.untilNoOtherRunFinished(request);
         const answer = await this.http.request({
           method: 'PUT',
           path,
@@ -117,9 +125,11 @@ export class CogEngine implements Engine {
         }
         const prediction = parsePrediction(answer.body);
         if (prediction['status'] === 'starting' || prediction['status'] === 'processing') {
+          // Another run of this job (its queue lock lapsed) has the prediction: wait for it rather than run again.
           await sleep(RUNNING_RECHECK_MS, signal);
           continue;
         }
+        await request.runs?.remember(`${FINISHED}${Date.now()}`).catch(() => undefined);
         return this.readOutput(prediction, signal);
       }
     } catch (error) {
@@ -128,6 +138,20 @@ export class CogEngine implements Engine {
       throw error;
     } finally {
       signal?.removeEventListener('abort', cancel);
+    }
+  }
+
+  /**
+   * Waits while another run of this job had its prediction end within FINISHED_GRACE_MS: a PUT now would run the model
+   * a second time while that run stores the result. The job's end stops this wait (its signal).
+   */
+  private async untilNoOtherRunFinished(request: EngineRequest): Promise<void> {
+    for (;;) {
+      const record = await request.runs?.recall().catch(() => undefined);
+      const finishedAt = record?.startsWith(FINISHED) ? Number(record.slice(FINISHED.length)) : NaN;
+      const left = finishedAt + FINISHED_GRACE_MS - Date.now();
+      if (!(left > 0)) return;
+      await sleep(Math.min(left, RUNNING_RECHECK_MS), request.signal);
     }
   }
 
