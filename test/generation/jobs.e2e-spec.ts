@@ -186,6 +186,7 @@ describe('job creation with a worker running', () => {
           created_at: expect.any(String),
           updated_at: expect.any(String),
           completed_at: expect.any(String),
+          progress: 1,
           webhook: null,
         });
         const created = Date.parse(item.created_at);
