@@ -288,8 +288,10 @@ function dataOf<T>(result: { data?: T }): T {
   return result.data as T;
 }
 
-/** Passes on an item only when it differs from the last one passed on (a poll that found nothing new, a stream's
- * first event repeating what an earlier answer said). */
+/**
+ * Passes on an item only when it differs from the last one passed on (a poll that found nothing new, a stream's first
+ * event repeating what an earlier answer said).
+ */
 function changesOnly(onUpdate: (item: HistoryItem) => void): (item: HistoryItem) => void {
   let last: string | undefined;
   return (item) => {
