@@ -1,7 +1,7 @@
 /**
  * The playground page: every tool of the service (from the API, not hard-coded), a job created with the user's own
- * files, its status live from the event stream, the result, and the history. Built with the typed client; the API key
- * stays in this tab's sessionStorage and is sent to this origin only.
+ * files, its status and progress live from the event stream, the result, and the history. Built with the typed
+ * client; the API key stays in this tab's sessionStorage and is sent to this origin only.
  */
 import {
   type Client,
@@ -197,6 +197,12 @@ function showJob(item: Pick<HistoryItem, 'status'> & Partial<HistoryItem>): void
   $('job').hidden = false;
   const status = $('job-status');
   const result = $('result');
+  // Indeterminate (no value) until the engine reports how far it is; gone once the job has ended.
+  const progress = $<HTMLProgressElement>('job-progress');
+  progress.hidden = item.status !== 'pending';
+  const fraction = item.progress ?? null;
+  if (fraction === null) progress.removeAttribute('value');
+  else progress.value = fraction;
   if (item.status === 'pending') {
     status.textContent = 'Working on it…';
     result.hidden = true;

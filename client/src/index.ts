@@ -47,7 +47,12 @@ export interface CreateJobOptions {
 
 export interface WaitOptions {
   signal?: AbortSignal;
-  /** Called with the item each time the client learns of a change (the first state included). */
+  /**
+   * Called with the item each time the client learns of a change, the first state included: its status, or the
+   * `progress` of a running job (0 to 1, rising; `null` while the engine has reported nothing; `1` once `complete`,
+   * `null` once `error`). From the event stream that is each move, at most twice a second; when waiting falls back to
+   * `Prefer: wait` or polling, it is what each answer says.
+   */
   onUpdate?: (item: HistoryItem) => void;
 }
 
@@ -155,9 +160,10 @@ export class Client {
    * not hold them, polls every 2, 4, then 8 s. Stops with the signal's reason when it is aborted.
    */
   async waitForJob(id: string, options: WaitOptions = {}): Promise<HistoryItem> {
-    const { signal, onUpdate } = options;
+    const { signal } = options;
+    const onUpdate = options.onUpdate && changesOnly(options.onUpdate);
     try {
-      const final = await this.followEvents(id, options);
+      const final = await this.followEvents(id, signal, onUpdate);
       if (final) return final;
     } catch (error) {
       // A refusal (404, 401, 429) is the caller's to see; a broken stream falls back to requests.
@@ -224,7 +230,11 @@ export class Client {
   }
 
   /** The item's event stream, read until it is final; null when the stream ended without a final item. */
-  private async followEvents(id: string, { signal, onUpdate }: WaitOptions): Promise<HistoryItem | null> {
+  private async followEvents(
+    id: string,
+    signal: AbortSignal | undefined,
+    onUpdate: ((item: HistoryItem) => void) | undefined,
+  ): Promise<HistoryItem | null> {
     const response = await this.send(() =>
       this.http.GET('/user/generation-history/{id}/events', {
         params: { path: { id } },
@@ -276,6 +286,20 @@ export class Client {
 /** The body of a successful answer (`send` has thrown for any other). */
 function dataOf<T>(result: { data?: T }): T {
   return result.data as T;
+}
+
+/**
+ * Passes on an item only when it differs from the last one passed on (a poll that found nothing new, a stream's first
+ * event repeating what an earlier answer said).
+ */
+function changesOnly(onUpdate: (item: HistoryItem) => void): (item: HistoryItem) => void {
+  let last: string | undefined;
+  return (item) => {
+    const seen = JSON.stringify(item);
+    if (seen === last) return;
+    last = seen;
+    onUpdate(item);
+  };
 }
 
 function toBlob(image: ImageData): Blob {

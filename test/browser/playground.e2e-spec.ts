@@ -1,9 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser, Locator, Page } from 'playwright-core';
+import { type HistoryItem, createClient } from '../../client/src/index.js';
 import { launchBrowser } from '../support/chromium.mjs';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { type RunningMock, startMock } from '../support/mock.js';
+import { startScriptedEvents } from '../support/scripted-events.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 
 const AXE_SOURCE = readFile(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
@@ -49,6 +51,12 @@ const resultRendered = (page: Page) =>
       return image.complete && image.naturalWidth > 0 && image.src.endsWith('stock.jpg');
     })()`,
   );
+
+/** The fraction a progress bar shows (its value); null while it is indeterminate (no value). */
+async function shownProgress(bar: Locator): Promise<number | null> {
+  const value = await bar.getAttribute('value');
+  return value === null ? null : Number(value);
+}
 
 describe('in a real browser (Debian Chromium)', () => {
   let browser: Browser;
@@ -101,6 +109,53 @@ describe('in a real browser (Debian Chromium)', () => {
     expect(page.url()).not.toContain(key);
     expect(errors).toEqual([]);
     await page.close();
+  }, 60_000);
+
+  it('the playground shows a pending job progress: indeterminate, then the fraction the item carries, gone at complete', async () => {
+    // The service's pages, API and job; the job's event stream written by the test, so that it carries progress.
+    const scripted = await startScriptedEvents(service.baseUrl);
+    const user = await createUserWithKey(env.databaseUrl);
+    const page = await browser.newPage();
+    const errors = watchForErrors(page);
+    await page.goto(`${scripted.baseUrl}/playground/`);
+    await page.getByLabel('API key').fill(user);
+    await page.getByRole('button', { name: 'Use key' }).click();
+    await page.getByLabel('Image enhance').check();
+    await page.getByLabel('image', { exact: true }).setInputFiles('docs/examples/default/input-image.jpg');
+    await page.getByRole('button', { name: 'Generate' }).click();
+
+    const stream = await scripted.nextStream();
+    const final = await createClient({ baseUrl: service.baseUrl, apiKey: user }).waitForJob(stream.id);
+    const pending = (progress: number | null): HistoryItem => ({
+      ...final,
+      status: 'pending',
+      preview_url: null,
+      stock_url: null,
+      output_url: null,
+      completed_at: null,
+      progress,
+    });
+    const bar = page.getByRole('progressbar', { name: 'Working on it…' });
+    stream.send(pending(null));
+    await bar.waitFor();
+    const unknown = await shownProgress(bar);
+    stream.send(pending(0.4));
+    await page.locator('#job-progress[value="0.4"]').waitFor();
+    const known = await shownProgress(bar);
+    const problemsWhilePending = await accessibilityProblems(page);
+    stream.send(final);
+    stream.end();
+    await page.getByText('Done.').waitFor();
+    await resultRendered(page);
+
+    expect(final).toMatchObject({ status: 'complete', progress: 1 });
+    expect([unknown, known]).toEqual([null, 0.4]);
+    expect(problemsWhilePending).toEqual([]);
+    expect(await bar.isHidden()).toBe(true);
+    expect(await accessibilityProblems(page)).toEqual([]);
+    expect(errors).toEqual([]);
+    await page.close();
+    await scripted.stop();
   }, 60_000);
 
   it('says in words why a request was refused, and when to retry after a 429', async () => {

@@ -3,7 +3,9 @@ import { Webhook } from 'standardwebhooks';
 import { type Client, type HistoryItem, ServiceError, createClient } from '../../client/src/index.js';
 import { verifyWebhook } from '../../client/src/webhooks.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { waitUntil } from '../support/harness.js';
 import { type RunningMock, startMock } from '../support/mock.js';
+import { type ScriptedEvents, startScriptedEvents } from '../support/scripted-events.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
 
 const example = (path: string) => readFile(`docs/examples/${path}`);
@@ -58,8 +60,10 @@ describe('the typed client against the service', () => {
 
     const item = await client.waitForJob(accepted.history_item_id, { onUpdate: (update) => updates.push(update) });
 
-    expect(item).toMatchObject({ history_item_id: accepted.history_item_id, status: 'complete' });
+    expect(item).toMatchObject({ history_item_id: accepted.history_item_id, status: 'complete', progress: 1 });
     expect(updates.at(-1)).toEqual(item);
+    const reported = updates.flatMap((update) => (update.progress === null ? [] : [update.progress]));
+    expect(reported).toEqual([...reported].sort((a, b) => a - b));
     const stock = await fetch(client.mediaUrl(item.stock_url!));
     expect([stock.status, stock.headers.get('content-type')]).toEqual([200, 'image/jpeg']);
     expect(await client.item(item.history_item_id)).toEqual(item);
@@ -202,4 +206,90 @@ describe('the typed client against the mock', () => {
     expect(stock.headers.get('content-type')).toBe('image/jpeg');
     expect((await stock.arrayBuffer()).byteLength).toBeGreaterThan(10_000);
   }, 60_000);
+});
+
+/**
+ * What `onUpdate` hands a caller while a job runs, from a stream that sends the item again each time its progress
+ * moves, as the contract describes it (the service's own engines report progress in their own tests).
+ */
+describe('the typed client following the progress of a job', () => {
+  const id = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
+  const pending = (progress: number | null): HistoryItem => ({
+    history_item_id: id,
+    tool: 'fashion_swap',
+    generation_type: 'fashion_swap_full',
+    status: 'pending',
+    preview_url: null,
+    stock_url: null,
+    output_url: null,
+    like: null,
+    error: null,
+    created_at: '2025-06-01T12:00:00.000Z',
+    updated_at: '2025-06-01T12:00:00.000Z',
+    completed_at: null,
+    progress,
+    webhook: null,
+  });
+  const complete: HistoryItem = {
+    ...pending(1),
+    status: 'complete',
+    preview_url: `media/${id}/preview.webp`,
+    stock_url: `media/${id}/stock.jpg`,
+    output_url: `http://localhost:3000/media/${id}/stock.jpg`,
+    updated_at: '2025-06-01T12:00:14.512Z',
+    completed_at: '2025-06-01T12:00:14.512Z',
+  };
+  /** What the item's own URL answers next, for a client that no longer has its stream. */
+  let answers: { item: HistoryItem; held: boolean }[] = [];
+  let server: ScriptedEvents;
+  let sut: Client;
+
+  beforeAll(async () => {
+    server = await startScriptedEvents((request, response) => {
+      const answer = request.url === `/user/generation-history/${id}` ? answers.shift() : undefined;
+      if (!answer) return void response.writeHead(404).end();
+      response
+        .writeHead(200, {
+          'Content-Type': 'application/json',
+          ...(answer.held ? { 'Preference-Applied': 'wait=60' } : {}),
+        })
+        .end(JSON.stringify(answer.item));
+    });
+    sut = createClient({ baseUrl: server.baseUrl, apiKey: 'any-key' });
+  });
+
+  afterAll(() => server?.stop());
+
+  it('calls onUpdate with each progress the stream sends, as it comes, rising to 1 at complete', async () => {
+    const progress: (number | null)[] = [];
+    const waiting = sut.waitForJob(id, { onUpdate: (item) => progress.push(item.progress) });
+    const stream = await server.nextStream();
+
+    for (const [index, item] of [pending(null), pending(0.25), pending(0.6), complete].entries()) {
+      stream.send(item);
+      await waitUntil(() => progress.length > index, `update ${index + 1}`);
+    }
+    stream.end();
+
+    expect(await waiting).toEqual(complete);
+    expect(progress).toEqual([null, 0.25, 0.6, 1]);
+  });
+
+  it('takes the progress from each answer once the stream is cut, and passes on only what changed', async () => {
+    answers = [
+      { item: pending(0.5), held: false },
+      { item: complete, held: true },
+    ];
+    const progress: (number | null)[] = [];
+    const waiting = sut.waitForJob(id, { onUpdate: (item) => progress.push(item.progress) });
+    const stream = await server.nextStream();
+
+    stream.send(pending(0.2));
+    stream.send(pending(0.5));
+    stream.end();
+
+    expect(await waiting).toEqual(complete);
+    expect(progress).toEqual([0.2, 0.5, 1]);
+    expect(answers).toEqual([]);
+  });
 });
