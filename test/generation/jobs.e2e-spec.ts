@@ -349,6 +349,8 @@ describe('a job while it is pending (no worker running)', () => {
       created_at: expect.any(String),
       updated_at: expect.any(String),
       completed_at: null,
+      // Queued, with no worker: nothing has been reported.
+      progress: null,
       webhook: null,
     });
     for (const path of [accepted.preview_image, accepted.stock_image]) {
