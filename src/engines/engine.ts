@@ -34,6 +34,19 @@ export interface EngineRequest {
   onProgress?: (fraction: number) => void;
   /** Where a remote engine keeps the id of the run it started on the model server for this job. */
   runs?: RunRecord;
+  /** The job's turn on its model server, for a route whose server has a `concurrency`. */
+  slot?: EngineSlot;
+}
+
+/**
+ * The job's turn on its model server: one of the `concurrency` jobs the server takes at once, counted across all
+ * workers. A remote engine takes it just before it hands the job to the model and frees it as soon as the model is done
+ * with it, so that its uploads, downloads and checks overlap other jobs' turns and the server never waits on the
+ * service. The engine's `timeout` starts when the turn is taken. Both are safe to call more than once.
+ */
+export interface EngineSlot {
+  take(): Promise<void>;
+  free(): Promise<void>;
 }
 
 /**

@@ -1,4 +1,4 @@
-import sharp from 'sharp';
+import sharp, { type Sharp } from 'sharp';
 import { type EngineImage, PermanentEngineError, type RenderedOutputs } from './engine.js';
 
 /** The preview's long side. */
@@ -7,6 +7,14 @@ export const PREVIEW_MAX_SIDE = 512;
 /** Encodes an engine's result once into the two files clients download. */
 export async function renderOutputs(image: EngineImage, limitInputPixels: number): Promise<RenderedOutputs> {
   if (image.kind === 'rendered') return image.outputs;
+  if (image.kind === 'encoded' && (await isPlainJpeg(image.data))) {
+    // A model's JPEG is the stock image as it is: encoding it again would cost a worker most of a job's CPU for a
+    // slightly worse copy. Only the preview is made.
+    return {
+      stock: image.data,
+      preview: await encodePreview(sharp(image.data, { limitInputPixels, failOn: 'error' })),
+    };
+  }
   const source =
     image.kind === 'raw'
       ? sharp(image.data, { raw: { width: image.width, height: image.height, channels: image.channels } })
@@ -16,19 +24,43 @@ export async function renderOutputs(image: EngineImage, limitInputPixels: number
   try {
     const [stock, preview] = await Promise.all([
       flat.clone().jpeg({ quality: 90, chromaSubsampling: '4:4:4' }).toBuffer(),
-      flat
-        .clone()
-        .resize(PREVIEW_MAX_SIDE, PREVIEW_MAX_SIDE, { fit: 'inside', withoutEnlargement: true })
-        // Effort 2 of 6 encodes a preview in half the time of the default 4, for files about a tenth larger
-        // (effort 3 is as slow as 4): the preview is on every job's path to complete.
-        .webp({ quality: 80, effort: 2 })
-        .toBuffer(),
+      encodePreview(flat.clone()),
     ]);
     return { stock, preview };
   } catch (error) {
-    throw new PermanentEngineError(
-      'engine_failed',
-      `the engine's result could not be encoded: ${(error as Error).message}`,
-    );
+    throw cannotEncode(error);
   }
+}
+
+async function encodePreview(image: Sharp): Promise<Buffer> {
+  try {
+    return await image
+      .resize(PREVIEW_MAX_SIDE, PREVIEW_MAX_SIDE, { fit: 'inside', withoutEnlargement: true })
+      // Effort 2 of 6 encodes a preview in half the time of the default 4, for files about a tenth larger
+      // (effort 3 is as slow as 4): the preview is on every job's path to complete.
+      .webp({ quality: 80, effort: 2 })
+      .toBuffer();
+  } catch (error) {
+    throw cannotEncode(error);
+  }
+}
+
+/**
+ * A JPEG with nothing but pixels: no EXIF (an orientation to apply, a place or a camera to strip), XMP or IPTC
+ * metadata, so that serving its bytes as they are shows what re-encoding would and tells no more.
+ */
+async function isPlainJpeg(data: Buffer): Promise<boolean> {
+  try {
+    const { format, exif, xmp, iptc, orientation } = await sharp(data).metadata();
+    return format === 'jpeg' && !exif && !xmp && !iptc && (orientation ?? 1) === 1;
+  } catch {
+    return false;
+  }
+}
+
+function cannotEncode(error: unknown): PermanentEngineError {
+  return new PermanentEngineError(
+    'engine_failed',
+    `the engine's result could not be encoded: ${(error as Error).message}`,
+  );
 }

@@ -3,6 +3,7 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { Semaphore } from 'redis-semaphore';
 import { AppConfig } from '../config/config.js';
+import type { EngineSlot } from '../engines/index.js';
 import { REDIS } from '../redis/redis.module.js';
 
 /** How often a job waiting for a slot tries again, unless a slot is freed in its own process first. */
@@ -43,16 +44,69 @@ export class EngineSlots {
     let held: Semaphore | undefined;
     while (!held) {
       signal.throwIfAborted();
-      if (await shared.tryAcquire()) held = shared;
-      else if (await own.tryAcquire()) held = own;
+      // Taking a slot under the job's name while another run of the job holds one just renews that one: the usual
+      // case takes one call, and a full semaphore is asked whether the job is already in it.
+      if (await own.tryAcquire()) held = own;
+      else if (await shared.tryAcquire()) held = shared;
       else await this.freedOrRetry(engine, signal);
     }
     const slot = held;
     return async () => {
-      await slot
-        .release()
-        .catch((error: unknown) => this.logger.warn({ err: error, id: jobId }, 'a slot was not freed'));
+      const released = slot.release();
+      // A waiter here asks at once: its command follows the release on the same Redis connection, so Redis has freed
+      // the slot by the time it asks, and the handover costs one round trip instead of two.
       this.freed.emit(engine);
+      await released.catch((error: unknown) => this.logger.warn({ err: error, id: jobId }, 'a slot was not freed'));
+    };
+  }
+
+  /**
+   * One job's turn on its engine, and the engine's timeout that starts with it: the slot the engine takes when it hands
+   * the job to its model server (none for an engine without `concurrency`, whose timeout starts at once), the signal
+   * that fires `timeoutMs` after that, and `end` to free what is held once the job is over.
+   */
+  turn(
+    engine: { engineName: string; concurrency: number | undefined; timeoutMs: number },
+    jobId: string,
+    stopped: AbortSignal,
+  ): { slot: EngineSlot | undefined; deadline: AbortSignal; end: () => Promise<void> } {
+    const deadline = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const startClock = () => {
+      timer ??= setTimeout(
+        () => deadline.abort(new DOMException('The engine did not answer in time.', 'TimeoutError')),
+        engine.timeoutMs,
+      );
+    };
+    const { concurrency } = engine;
+    let taking: Promise<() => Promise<void>> | undefined;
+    let freed = false;
+    const free = async () => {
+      if (!taking || freed) return;
+      freed = true;
+      await (
+        await taking.catch(() => async () => {})
+      )();
+    };
+    const slot: EngineSlot | undefined =
+      concurrency === undefined
+        ? undefined
+        : {
+            take: async () => {
+              taking ??= this.acquire(engine.engineName, concurrency, jobId, stopped);
+              await taking;
+              startClock();
+            },
+            free,
+          };
+    if (!slot) startClock();
+    return {
+      slot,
+      deadline: deadline.signal,
+      end: async () => {
+        clearTimeout(timer);
+        await free();
+      },
     };
   }
 

@@ -44,9 +44,12 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   ) {}
 
   onApplicationBootstrap(): void {
-    // Local jobs run on WORKER_CONCURRENCY threads; a remote engine's jobs take no CPU while the model runs, so the
-    // worker also takes as many of those at once as the remote engines have slots, and keeps every GPU busy.
-    this.queue.process(this.config.workerConcurrency + this.engines.remoteSlots(), (delivery) => this.run(delivery));
+    // Local jobs run on WORKER_CONCURRENCY threads. A remote engine's jobs take no CPU while the model runs, and each
+    // spends some time before and after its turn on the server (inputs read and sent, output read and stored): the
+    // worker takes twice as many of them as the remote servers have slots, so that a job is ready for every slot the
+    // moment it is free and no GPU waits on the service.
+    const remote = 2 * this.engines.remoteSlots();
+    this.queue.process(this.config.workerConcurrency + remote, (delivery) => this.run(delivery));
     // Jobs that failed without reaching the processor's own bookkeeping (stalled too often) end here.
     this.queue.onFinalFailure((id, error) => {
       this.logger.warn({ id, err: error.message }, 'job failed');
@@ -85,18 +88,13 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     });
     const stopped = AbortSignal.any([this.shutdown.signal, endedElsewhere.signal]);
     const progress = this.progress.start({ id, userId: item.userId });
-    let deadline: AbortSignal | undefined;
-    let releaseSlot: (() => Promise<void>) | undefined;
+    // A job waiting for its engine's slot stays pending; the engine's timeout starts once it has one.
+    const turn = this.slots.turn(route, id, stopped);
 
     try {
       const images: Record<string, Buffer> = {};
       for (const [name, input] of Object.entries(item.inputs)) images[name] = await this.inputs.get(input.key);
-      // A job waiting for its engine's slot stays pending; the engine's timeout starts once it has one.
-      if (route.concurrency !== undefined) {
-        releaseSlot = await this.slots.acquire(route.engineName, route.concurrency, id, stopped);
-      }
-      deadline = AbortSignal.timeout(route.timeoutMs);
-      const signal = AbortSignal.any([stopped, deadline]);
+      const signal = AbortSignal.any([stopped, turn.deadline]);
       const started = performance.now();
       const result = await this.metrics.timeEngine(item.tool, route.kind, () =>
         route.engine.generate({
@@ -108,10 +106,10 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
           signal,
           onProgress: progress.report,
           runs: this.runs.for(id),
+          slot: turn.slot,
         }),
       );
-      await releaseSlot?.();
-      releaseSlot = undefined;
+      await turn.end();
       progress.end();
       const outputs = await renderOutputs(result, this.config.imageMaxPixels);
       const completed = await this.lifecycle.complete(id, async () => {
@@ -131,11 +129,11 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         return;
       }
       endAttempt('failed');
-      await this.fail(delivery, error, deadline?.aborted ?? false);
+      await this.fail(delivery, error, turn.deadline.aborted);
     } finally {
       progress.end();
       unwatch();
-      await releaseSlot?.();
+      await turn.end();
     }
   }
 

@@ -44,6 +44,8 @@ export interface FakeComfyPrompt {
   state: 'pending' | 'running' | 'success' | 'error' | 'interrupted' | 'deleted' | 'lost';
   /** performance.now() when it was queued and when it ended. */
   queuedAt: number;
+  /** When it left the queue to run, and when it ended (performance.now()). */
+  startedAt?: number;
   endedAt?: number;
 }
 
@@ -198,6 +200,7 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
       const task = pending.shift()!;
       running.add(task);
       task.record.state = 'running';
+      task.record.startedAt = performance.now();
       void execute(task).finally(() => {
         running.delete(task);
         task.record.endedAt = performance.now();

@@ -3,7 +3,9 @@
  * esbuild), the service built and spawned as everywhere else.
  *
  * 1. Progress latency: from the fake's websocket `progress` message to the client's event stream carrying the item's
- *    new progress. The fake sends at most two a second, so the worker's throttle is not what is measured.
+ *    new progress. The fake's sampler takes a second a step: below the service's limit of two a second per job, so
+ *    no report is held back by it (a sampler faster than that has its steps merged, by design) and what is measured
+ *    is the way from the worker's socket to the client.
  * 2. Throughput: a fake with 4 slots and 100 ms per prompt (40 prompts/s at most), `concurrency: 4` in the routing
  *    file, 200 jobs queued before the worker starts: jobs completed per second over the server's capacity.
  */
@@ -27,9 +29,9 @@ import {
 } from '../lib.mjs';
 
 const PROGRESS_JOBS = 3;
-const PROGRESS_STEPS = 10;
-/** The fake's sampler step: two progress messages a second, the service's own limit per job. */
-const PROGRESS_STEP_MS = 500;
+const PROGRESS_STEPS = 6;
+/** The fake's sampler step: slower than the service's limit of two progress events a second per job. */
+const PROGRESS_STEP_MS = 1000;
 const THROUGHPUT_JOBS = 200;
 const SLOTS = 4;
 const PROMPT_MS = 100;
@@ -92,6 +94,7 @@ export async function run() {
 
     // 2. Throughput through 4 slots of 100 ms.
     Object.assign(fake.switches, { steps: 1, stepMs: PROMPT_MS - 2, nodeMs: 0 });
+    const phaseStart = performance.now();
     const ids = [];
     for (let i = 0; i < THROUGHPUT_JOBS; i++) ids.push(await submit());
     await env.startService({ ROLE: 'worker', ...settings });
@@ -114,13 +117,25 @@ export async function run() {
     const first = Math.floor(THROUGHPUT_JOBS * 0.1);
     const last = Math.ceil(THROUGHPUT_JOBS * 0.9) - 1;
     const rate = ((last - first) * 1000) / (completedAt[last] - completedAt[first]);
-    const capacity = (SLOTS * 1000) / PROMPT_MS;
-    log(`  ${rate.toFixed(1)} jobs/s against a capacity of ${capacity} prompts/s; most in flight ${fake.maxInFlight}`);
-    record('comfyui', 'jobs/s over server capacity (4 x 100 ms)', rate / capacity, (rate / capacity).toFixed(2), {
-      op: '>=',
-      value: 0.9,
-      text: '>= 0.9',
-    });
+    // The server's own capacity: its slots over the time a prompt really ran (its timers and its own image work make
+    // that a little more than PROMPT_MS).
+    const ran = fake.prompts.filter((p) => p.startedAt >= phaseStart && p.endedAt !== undefined);
+    const promptMs = ran.reduce((sum, p) => sum + (p.endedAt - p.startedAt), 0) / ran.length;
+    const capacity = (SLOTS * 1000) / promptMs;
+    log(
+      `  ${rate.toFixed(1)} jobs/s against a capacity of ${capacity.toFixed(1)} prompts/s (${SLOTS} slots, prompts of ${promptMs.toFixed(1)} ms); most in flight ${fake.maxInFlight}`,
+    );
+    record(
+      'comfyui',
+      'jobs/s over the server’s capacity (4 slots of 100 ms prompts)',
+      rate / capacity,
+      `${(rate / capacity).toFixed(2)} (${rate.toFixed(1)} jobs/s)`,
+      {
+        op: '>=',
+        value: 0.9,
+        text: '>= 0.9',
+      },
+    );
   } finally {
     await fake.close();
     await env.dispose();

@@ -3,8 +3,10 @@
  * (baselines/model-server.mjs: Cog's protocol, 100 ms a prediction, 4 at once) routed with the `cog` kind and
  * `concurrency: 4`. One API process and one worker; 1024 px inputs and outputs.
  *
- * 1. Throughput: jobs kept coming (32 in flight, so the queue is never empty) for 12 s after a 3 s warm-up; jobs/s
- *    against the server's own capacity (4 / 100 ms = 40/s). The service must never starve the GPU (>= 0.9).
+ * 1. Throughput: jobs offered at 46/s, more than the server can take (4 / 100 ms = 40/s), so that its queue is never
+ *    empty; after a 3 s warm-up, the jobs completed in a 12 s window (counted in the database afterwards, so that
+ *    nothing watches the service while it works) against the server's own capacity. The service must never starve
+ *    the GPU (>= 0.9).
  * 2. The service's own time per remote job, one job at a time: submit-to-client minus the model's 100 ms, p50,
  *    split into its parts: the upload's answer, from the item's creation to the model server receiving the
  *    prediction (queue, slot, inputs read, request sent), from the model's answer to the commit that completes the
@@ -13,6 +15,7 @@
  */
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import pg from 'pg';
 import {
   createBenchEnv,
   createUserWithKey,
@@ -31,8 +34,8 @@ import {
 
 const MODEL_MS = 100;
 const SLOTS = 4;
-const CAPACITY_PER_S = (SLOTS * 1000) / MODEL_MS;
-const IN_FLIGHT = 32;
+const OFFERED_PER_S = 46;
+const SUBMITTERS = 8;
 const WARMUP_MS = 3000;
 const WINDOW_MS = 12_000;
 const SEQUENTIAL_JOBS = 25;
@@ -111,39 +114,62 @@ export async function run() {
       `${fmtMs(p50(parts.own))}: upload answered ${fmtMs(p50(parts.upload))}, created to model ${fmtMs(p50(parts.toModel))}, model answer to complete ${fmtMs(p50(parts.afterModel))}, complete to client ${fmtMs(p50(parts.toClient))}`,
     );
 
+    // Nothing follows the jobs from here on: the count is taken afterwards.
+    closeStream();
+
     // 1. Throughput with the queue never empty.
     let submitted = 0;
     let stop = false;
-    const submitters = Array.from({ length: IN_FLIGHT }, async () => {
+    const submitters = Array.from({ length: SUBMITTERS }, async () => {
       while (!stop) {
-        const { id } = await submit();
+        const next = sleep((SUBMITTERS * 1000) / OFFERED_PER_S);
+        await submit();
         submitted++;
-        await ended(id);
+        await next;
       }
     });
     await sleep(WARMUP_MS);
-    const windowStart = Date.now();
-    const before = finished.length;
+    const windowStart = new Date();
     await sleep(WINDOW_MS);
-    const completedInWindow = finished.slice(before).filter(({ item }) => item.status === 'complete').length;
-    const failed = finished.filter(({ item }) => item.status !== 'complete').length;
+    const windowEnd = new Date();
     stop = true;
     await Promise.all(submitters);
-    const jobsPerSecond = completedInWindow / ((Date.now() - windowStart) / 1000);
+    const counts = await countEnded(env.databaseUrl, windowStart, windowEnd);
+    const jobsPerSecond = counts.complete / (WINDOW_MS / 1000);
     const { json: served } = await requestJson(agent, { url: `${model.baseUrl}/log` });
+    // The server's own capacity: its slots over the time a prediction really took (timers run a little late).
+    const predictionMs = served.log.reduce((sum, e) => sum + (e.answeredAt - e.receivedAt), 0) / served.log.length;
+    const capacity = (SLOTS * 1000) / predictionMs;
     log(
-      `  ${submitted} jobs submitted, ${completedInWindow} complete in the ${WINDOW_MS / 1000} s window, ${failed} failed; ` +
-        `the model server refused ${served.busyRefusals} predictions as busy (more than ${SLOTS} at once)`,
+      `  ${submitted} jobs submitted, ${counts.complete} complete in the ${WINDOW_MS / 1000} s window, ${counts.error} failed; ` +
+        `the model server refused ${served.busyRefusals} predictions as busy (more than ${SLOTS} at once); ` +
+        `its capacity ${capacity.toFixed(1)}/s (${SLOTS} slots, predictions of ${predictionMs.toFixed(1)} ms)`,
     );
     record(
       'remote',
-      `jobs/s through the service / the model server's capacity (${CAPACITY_PER_S}/s)`,
-      jobsPerSecond / CAPACITY_PER_S,
-      `${(jobsPerSecond / CAPACITY_PER_S).toFixed(2)} (${jobsPerSecond.toFixed(1)} jobs/s)`,
+      "jobs/s through the service / the model server's capacity (4 slots of 100 ms)",
+      jobsPerSecond / capacity,
+      `${(jobsPerSecond / capacity).toFixed(2)} (${jobsPerSecond.toFixed(1)} jobs/s)`,
       { op: '>=', value: 0.9, text: '>= 0.9' },
     );
   } finally {
     closeStream();
     await env.dispose();
+  }
+}
+
+/** Jobs that ended in the window, by status, from the items' own completion times. */
+async function countEnded(databaseUrl, from, to) {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query(
+      `SELECT count(*) FILTER (WHERE status = 'complete') AS complete, count(*) FILTER (WHERE status = 'error') AS error
+         FROM history_items WHERE completed_at >= $1 AND completed_at < $2`,
+      [from, to],
+    );
+    return { complete: Number(rows[0].complete), error: Number(rows[0].error) };
+  } finally {
+    await client.end();
   }
 }

@@ -108,8 +108,9 @@ export class CogEngine implements Engine {
     signal?.addEventListener('abort', cancel, { once: true });
     try {
       signal?.throwIfAborted();
+      await this.untilNoOtherRunFinished(request);
+      await request.slot?.take();
       for (;;) {
-        await this.untilNoOtherRunFinished(request);
         const answer = await this.http.request({
           method: 'PUT',
           path,
@@ -127,8 +128,11 @@ export class CogEngine implements Engine {
         if (prediction['status'] === 'starting' || prediction['status'] === 'processing') {
           // Another run of this job (its queue lock lapsed) has the prediction: wait for it rather than run again.
           await sleep(RUNNING_RECHECK_MS, signal);
+          await this.untilNoOtherRunFinished(request);
           continue;
         }
+        // The model is done with the job: the next job may have the server while this one reads its output.
+        await request.slot?.free();
         await request.runs?.remember(`${FINISHED}${Date.now()}`).catch(() => undefined);
         return this.readOutput(prediction, signal);
       }

@@ -115,8 +115,9 @@ export class ComfyEngine implements Engine {
       let run = 1;
       const recorded = decodeRun(await request.runs?.recall());
       if (recorded) {
+        await request.slot?.take();
         const resumed = await this.resume(recorded, request, active);
-        if (resumed.kind === 'finished') return await this.output(resumed.entry, signal);
+        if (resumed.kind === 'finished') return await this.outputOnceDone(resumed.entry, request);
         run = resumed.run;
       }
       for (; ; run++) {
@@ -127,7 +128,7 @@ export class ComfyEngine implements Engine {
           );
         }
         const outcome = await this.queueAndFollow(run, request, active);
-        if (outcome.kind === 'finished') return await this.output(outcome.entry, signal);
+        if (outcome.kind === 'finished') return await this.outputOnceDone(outcome.entry, request);
       }
     } catch (error) {
       if (signal?.aborted && active.promptId) {
@@ -136,6 +137,12 @@ export class ComfyEngine implements Engine {
       }
       throw error;
     }
+  }
+
+  /** The prompt's output, its turn on the server given back first: fetching the image is not the GPU's work. */
+  private async outputOnceDone(entry: HistoryEntry, request: EngineRequest): Promise<Buffer> {
+    await request.slot?.free();
+    return this.output(entry, request.signal);
   }
 
   /**
@@ -160,6 +167,8 @@ export class ComfyEngine implements Engine {
   ): Promise<{ kind: 'finished'; entry: HistoryEntry } | { kind: 'gone' }> {
     const { http, socket } = this.server;
     const uploads = await this.upload(request);
+    // The inputs are on the server: the job takes its turn on the GPU to queue them.
+    await request.slot?.take();
     const prompt = buildPrompt(this.route, request.jobId, uploads, request.texts);
     const promptId = promptIdFor(request.jobId, run);
     await request.runs?.remember(encodeRun({ promptId, run, queued: false }));
@@ -271,6 +280,8 @@ export class ComfyEngine implements Engine {
         }
       };
       const report = (fraction: number) => onProgress?.(fraction);
+      // The server is done with the prompt: the next job may have it while this one looks up and fetches the output.
+      const modelDone = () => void request.slot?.free();
       const message = ({ type, data }: ComfyMessage) => {
         switch (type) {
           case 'execution_cached':
@@ -279,6 +290,7 @@ export class ComfyEngine implements Engine {
           case 'executing':
             if (data.node === null || data.node === undefined) {
               ending = true;
+              modelDone();
               void lookUp();
             } else report(progress.executing(typeof data.node === 'string' ? data.node : JSON.stringify(data.node)));
             break;
@@ -288,6 +300,7 @@ export class ComfyEngine implements Engine {
           case 'execution_success':
           case 'execution_interrupted':
             ending = true;
+            modelDone();
             void lookUp();
             break;
           case 'execution_error':

@@ -67,13 +67,19 @@ export class ReplicateEngine implements Engine {
     let filesInUse = false;
     try {
       if (!prediction) {
-        prediction = await this.start(request, files);
+        // Large inputs go up to the files API before the job takes its turn on the model.
+        const input = await this.input(request, files);
+        await request.slot?.take();
+        prediction = await this.start(request, input);
         run = { prediction, state: { prediction: prediction.id, files } };
         await runs?.remember(JSON.stringify(run.state));
       }
       filesInUse = true;
+      await request.slot?.take();
       prediction = await this.follow(prediction, request);
       filesInUse = false;
+      // The model is done with the job: the output's download is the service's work, not the model's.
+      await request.slot?.free();
       const data = await this.output(prediction, signal);
       await runs?.forget();
       return { kind: 'encoded', data };
@@ -118,8 +124,7 @@ export class ReplicateEngine implements Engine {
    * Creates the prediction. It has no id until the creation answers: an abort meanwhile ends the job at once, and
    * the prediction is canceled as soon as its id is known.
    */
-  private async start(request: EngineRequest, files: string[]): Promise<Prediction> {
-    const input = await this.input(request, files);
+  private async start(request: EngineRequest, input: Record<string, unknown>): Promise<Prediction> {
     const target = this.route.model ? { model: this.route.model } : { version: this.route.version! };
     const { signal } = request;
     signal?.throwIfAborted();
