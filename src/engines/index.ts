@@ -5,6 +5,11 @@
 export * from './engine.js';
 export { EngineRegistry, type ResolvedRoute } from './engine-registry.js';
 export { EnginesModule } from './engines.module.js';
+export { REQUEST_ATTEMPTS } from './remote-http.js';
+/** Each kind's server, as the registry builds it from the routing file (and the kinds' integration tests do). */
+export { CogServer } from './cog/cog.server.js';
+export { ComfyServer } from './comfyui/comfyui.server.js';
+export { ReplicateServer } from './replicate/replicate.server.js';
 export { PREVIEW_MAX_SIDE, renderOutputs } from './renderer.js';
 export { CARD_HEIGHT, CARD_WIDTH, LocalEngine, ThreadedLocalEngine } from './local/index.js';
 /** For the person bench: the models' load and one analysis, timed apart from a whole job. */

@@ -1,12 +1,12 @@
 import sharp from 'sharp';
 import type { CogRoute, CogServerSetting } from '../../src/config/engine-settings.js';
-import { CogServer } from '../../src/engines/cog/cog.server.js';
+import { CogServer } from '../../src/engines/index.js';
 import {
   EngineTimeoutError,
   PermanentEngineError,
   TransientEngineError,
   type EngineRequest,
-} from '../../src/engines/engine.js';
+} from '../../src/engines/index.js';
 import { type FakeCog, type FakeCogSchema, sha256, startFakeCog } from '../support/fake-cog.js';
 
 /** The IDM-VTON shape: a person and a garment under the model's names, and fixed params beside them. */

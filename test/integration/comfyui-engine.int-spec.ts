@@ -7,8 +7,8 @@ import {
   type EngineImage,
   type EngineRequest,
   type RunRecord,
-} from '../../src/engines/engine.js';
-import { ComfyServer } from '../../src/engines/comfyui/comfyui.server.js';
+} from '../../src/engines/index.js';
+import { ComfyServer } from '../../src/engines/index.js';
 import { startFakeComfy, type FakeComfy } from '../support/fake-comfyui.js';
 import { makeImage } from '../support/jobs.js';
 

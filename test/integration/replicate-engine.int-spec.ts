@@ -9,8 +9,8 @@ import {
   type EngineImage,
   type EngineRequest,
   type RunRecord,
-} from '../../src/engines/engine.js';
-import { ReplicateServer } from '../../src/engines/replicate/replicate.server.js';
+} from '../../src/engines/index.js';
+import { ReplicateServer } from '../../src/engines/index.js';
 import { REAL_ESRGAN, sha256, startFakeReplicate, type FakeReplicate } from '../support/fake-replicate.js';
 import { makeImage } from '../support/jobs.js';
 import { startPrismProxy, type PrismProxy } from '../support/prism-proxy.js';

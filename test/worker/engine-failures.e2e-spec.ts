@@ -4,7 +4,7 @@ import type Bull from 'bull';
 import type { TestEnvironment } from '../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256 } from '../support/fake-cog.js';
 import type { RunningService } from '../support/service.js';
-import { REQUEST_ATTEMPTS } from '../../src/engines/remote-http.js';
+import { REQUEST_ATTEMPTS } from '../../src/engines/index.js';
 import {
   cogEngine,
   createUser,

@@ -18,7 +18,6 @@ import {
 } from '../support/harness.js';
 import { postJob } from '../support/client.js';
 
-
 /** A TCP proxy to Redis that the test can cut (as if Redis went away) and bring back on the same port. */
 class RedisProxy {
   private server?: Server;
