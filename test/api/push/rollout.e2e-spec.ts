@@ -1,3 +1,5 @@
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { type HistoryItem, createClient } from '../../../client/src/index.js';
 import { type OpenStream, openStream } from '../../support/event-stream.js';
 import { cogEngine, createUser, submit, uniqueImage, waitUntil, WorkerWorld } from '../../support/harness.js';
@@ -105,4 +107,28 @@ describe('SIGTERM to API replicas with event streams and held requests open', ()
     following.abort();
     expect(await history).toMatchObject({ name: 'AbortError' });
   }, 90_000);
+
+  it('cuts off a request still running after SHUTDOWN_TIMEOUT_MS, then exits', async () => {
+    const sut = await world.processes.start('api', { SHUTDOWN_TIMEOUT_MS: '1000' });
+    // An upload that stalls halfway: its request would hold the process as long as the client likes.
+    const stalled = connect(portOf(sut), '127.0.0.1');
+    await once(stalled, 'connect');
+    stalled.write(
+      [
+        'POST /generation/generate_image_v2/ HTTP/1.1',
+        'Host: 127.0.0.1',
+        `Authorization: Bearer ${key}`,
+        'Content-Type: multipart/form-data; boundary=x',
+        'Content-Length: 100000',
+        '',
+        '--x\r\nContent-Disposition: form-data; name="tool"\r\n\r\nfashion_card\r\n',
+      ].join('\r\n'),
+    );
+    const closed = once(stalled, 'close');
+
+    const code = await world.processes.stop(sut, KILL_GRACE_MS);
+
+    expect(code).toBe(0);
+    await closed;
+  }, 60_000);
 });
