@@ -34,6 +34,10 @@ let page = 1;
 let totalPages = 1;
 /** The job being followed; a new one stops following the previous. */
 let following: AbortController | undefined;
+/** The history's live updates, for the key in use; another key stops them. */
+let watching: AbortController | undefined;
+/** The status of each item on the history page shown, to tell a change worth listing again from a progress tick. */
+let shown = new Map<string, HistoryItem['status']>();
 
 /** What a problem means to a person, from its code; the service's own detail otherwise. */
 function describe(error: unknown): string {
@@ -83,7 +87,25 @@ async function useKey(key: string): Promise<void> {
     element('option', { value: '', textContent: 'All' }),
     ...allTypes.map((type) => element('option', { value: type.generation_type, textContent: type.title })),
   );
-  await loadHistory();
+  watching?.abort();
+  watching = new AbortController();
+  void attempt(() => watchHistory(watching!.signal));
+}
+
+/**
+ * Keeps the history page current from `GET /user/events`: listed each time the stream opens (the first time, and after
+ * every reconnect, when a replica that shut down sent the page to another), and again when an item on it changes
+ * status, a new one appears or one is deleted.
+ */
+async function watchHistory(signal: AbortSignal): Promise<void> {
+  await client!.followHistory({
+    signal,
+    onOpen: loadHistory,
+    onItem: (item) => {
+      if (shown.get(item.history_item_id) !== item.status) void attempt(loadHistory);
+    },
+    onDeleted: () => void attempt(loadHistory),
+  });
 }
 
 function renderTools(): void {
@@ -234,6 +256,7 @@ async function loadHistory(): Promise<void> {
     ...(status ? { status: status as HistoryItem['status'] } : {}),
     ...(type ? { generation_type: type as never } : {}),
   });
+  shown = new Map(result.items.map((item) => [item.history_item_id, item.status]));
   totalPages = Math.max(1, result.total_pages);
   $('page-label').textContent = `Page ${result.page} of ${totalPages} (${result.total} items)`;
   $<HTMLButtonElement>('previous-page').disabled = page <= 1;

@@ -7,6 +7,7 @@ import { validationPipe } from './common/validation.js';
 import type { AppConfig } from './config/config.js';
 import { ConfigModule } from './config/config.module.js';
 import { ContractModule } from './contract/contract.module.js';
+import { DrainingModule } from './common/draining.module.js';
 import { DatabaseModule } from './database/database.module.js';
 import { GenerationModule } from './generation/generation.module.js';
 import { HealthModule } from './health/health.module.js';
@@ -22,7 +23,7 @@ import { WorkerModule } from './worker/worker.module.js';
 export class AppModule {
   /** The API and the worker share one image and one module tree; ROLE picks which halves boot. */
   static forRole(config: AppConfig): DynamicModule {
-    const foundation = [ConfigModule.forRoot(config), DatabaseModule];
+    const foundation = [ConfigModule.forRoot(config), DrainingModule.forRole({ api: config.runsApi }), DatabaseModule];
     // Booting the database module applies the pending migrations: all that this role is for.
     if (config.role === 'migrate') return { module: AppModule, imports: foundation };
     const api = config.runsApi

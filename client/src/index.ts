@@ -56,6 +56,19 @@ export interface WaitOptions {
   onUpdate?: (item: HistoryItem) => void;
 }
 
+export interface HistoryEventsOptions {
+  /** Stops following; the promise then rejects with the signal's reason. */
+  signal: AbortSignal;
+  /**
+   * Called each time the stream is open: the first time and after every reconnect. List the history here: changes
+   * made while no stream was open are not replayed. Events wait until it has settled.
+   */
+  onOpen?: () => void | Promise<void>;
+  /** A new item, or one that changed (its status, or the `progress` of a running job). */
+  onItem?: (item: HistoryItem) => void;
+  onDeleted?: (historyItemId: string) => void;
+}
+
 /** A problem+json answer (or a failure to reach the service), with what a caller branches on. */
 export class ServiceError extends Error {
   override readonly name = 'ServiceError';
@@ -79,6 +92,8 @@ const FINAL: readonly JobStatus[] = ['complete', 'error'];
 const POLL_DELAYS_MS = [2000, 4000, 8000];
 /** Longest `Prefer: wait` the service honours. */
 const MAX_WAIT_SECONDS = 60;
+/** How long to wait before opening a stream again when the service named no `retry:` (an EventSource's default). */
+const DEFAULT_RETRY_MS = 3000;
 
 export function createClient(options: ClientOptions): Client {
   return new Client(options);
@@ -155,9 +170,11 @@ export class Client {
   }
 
   /**
-   * Waits until the job is `complete` or `error` and answers its final item. Follows the item's event stream; where a
-   * stream cannot be had (a proxy that buffers, an old runtime), holds `Prefer: wait` requests; where the service does
-   * not hold them, polls every 2, 4, then 8 s. Stops with the signal's reason when it is aborted.
+   * Waits until the job is `complete` or `error` and answers its final item. Follows the item's event stream, opening
+   * it again when the service asks (a replica shutting down ends its streams with a `reconnect` event: the same URL
+   * then reaches another, and the new stream starts with the item as it is now); where a stream cannot be had (a proxy
+   * that buffers, an old runtime), holds `Prefer: wait` requests; where the service does not hold them, polls every 2,
+   * 4, then 8 s. Stops with the signal's reason when it is aborted.
    */
   async waitForJob(id: string, options: WaitOptions = {}): Promise<HistoryItem> {
     const { signal } = options;
@@ -186,6 +203,40 @@ export class Client {
       if (!response.response.headers.has('Preference-Applied')) {
         await sleep(POLL_DELAYS_MS[Math.min(polls++, POLL_DELAYS_MS.length - 1)], signal);
       }
+    }
+  }
+
+  /**
+   * Follows every change of the caller's history (`GET /user/events`) until the signal is aborted, for history pages.
+   * Whenever the stream ends (a replica shutting down asks for it with a `reconnect` event, a proxy cuts it, the
+   * network fails) it is opened again at the same URL, and `onOpen` runs again so that the caller lists the history
+   * afresh. Rejects with the signal's reason, or with a refusal (401, 403) as a ServiceError.
+   */
+  async followHistory(options: HistoryEventsOptions): Promise<never> {
+    const { signal } = options;
+    for (let failures = 0; ;) {
+      const stream: StreamState = {};
+      try {
+        const response = await this.send(() =>
+          this.http.GET('/user/events', { headers: { Accept: 'text/event-stream' }, parseAs: 'stream', signal }),
+        );
+        failures = 0;
+        await options.onOpen?.();
+        const body = response.response.body;
+        for await (const event of body ? serverSentEvents(body, signal, stream) : []) {
+          if (event.type === 'item') options.onItem?.(JSON.parse(event.data) as HistoryItem);
+          else if (event.type === 'deleted') {
+            options.onDeleted?.((JSON.parse(event.data) as { history_item_id: string }).history_item_id);
+          }
+        }
+      } catch (error) {
+        signal.throwIfAborted();
+        if (!(error instanceof ServiceError) || ![0, 429, 503].includes(error.status)) throw error;
+        const delay = POLL_DELAYS_MS[Math.min(failures++, POLL_DELAYS_MS.length - 1)];
+        await sleep(error.retryAfter === undefined ? delay : error.retryAfter * 1000, signal);
+        continue;
+      }
+      await sleep(stream.retryMs ?? DEFAULT_RETRY_MS, signal);
     }
   }
 
@@ -229,29 +280,38 @@ export class Client {
     return new URL(path, `${this.baseUrl}/`).href;
   }
 
-  /** The item's event stream, read until it is final; null when the stream ended without a final item. */
+  /**
+   * The item's event stream, read until it is final, and opened again each time it ends with a `reconnect` event; null
+   * when it ended otherwise without a final item.
+   */
   private async followEvents(
     id: string,
     signal: AbortSignal | undefined,
     onUpdate: ((item: HistoryItem) => void) | undefined,
   ): Promise<HistoryItem | null> {
-    const response = await this.send(() =>
-      this.http.GET('/user/generation-history/{id}/events', {
-        params: { path: { id } },
-        headers: { Accept: 'text/event-stream' },
-        parseAs: 'stream',
-        signal,
-      }),
-    );
-    const body = response.response.body;
-    if (!body) return null;
-    for await (const event of serverSentEvents(body, signal)) {
-      if (event.type !== 'item') continue;
-      const item = JSON.parse(event.data) as HistoryItem;
-      onUpdate?.(item);
-      if (FINAL.includes(item.status)) return item;
+    for (;;) {
+      const response = await this.send(() =>
+        this.http.GET('/user/generation-history/{id}/events', {
+          params: { path: { id } },
+          headers: { Accept: 'text/event-stream' },
+          parseAs: 'stream',
+          signal,
+        }),
+      );
+      const body = response.response.body;
+      if (!body) return null;
+      const stream: StreamState = {};
+      let reconnect = false;
+      for await (const event of serverSentEvents(body, signal, stream)) {
+        if (event.type === 'reconnect') reconnect = true;
+        if (event.type !== 'item') continue;
+        const item = JSON.parse(event.data) as HistoryItem;
+        onUpdate?.(item);
+        if (FINAL.includes(item.status)) return item;
+      }
+      if (!reconnect) return null;
+      await sleep(stream.retryMs ?? DEFAULT_RETRY_MS, signal);
     }
-    return null;
   }
 
   /** Runs a request, turning an answer that is not 2xx, or a failure to get one, into a ServiceError. */
@@ -329,10 +389,19 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   });
 }
 
-/** The events of a `text/event-stream` body (the fields this service sends: `event` and `data`). */
+/** What a stream said of itself besides its events: the `retry:` milliseconds to wait before opening it again. */
+interface StreamState {
+  retryMs?: number;
+}
+
+/**
+ * The events of a `text/event-stream` body (the fields this service sends: `event`, `data`, and `retry`, kept in
+ * `state`).
+ */
 async function* serverSentEvents(
   body: ReadableStream<Uint8Array>,
   signal: AbortSignal | undefined,
+  state: StreamState,
 ): AsyncGenerator<{ type: string; data: string }> {
   const reader = body.getReader();
   const decoder = new TextDecoder();
@@ -353,6 +422,8 @@ async function* serverSentEvents(
         for (const line of block.split('\n')) {
           if (line.startsWith('event:')) type = line.slice(6).trim();
           else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+          // The specification's rule: a value of digits only, or the field is ignored.
+          else if (/^retry: ?\d+$/.test(line)) state.retryMs = Number(line.slice(6));
         }
         if (data.length > 0) yield { type, data: data.join('\n') };
       }

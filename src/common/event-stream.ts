@@ -1,9 +1,16 @@
 import type { ServerResponse } from 'node:http';
 
 /**
+ * Streams ended together by a shutdown are asked to come back spread over this long, not all at once to the replicas
+ * left.
+ */
+const RECONNECT_SPREAD_MS = 1000;
+
+/**
  * One Server-Sent Events answer (`text/event-stream`). Events are written as they come; a comment line every
- * `heartbeatMs` keeps proxies and load balancers from closing a quiet stream. `onClose` runs once, whoever closes it:
- * the client going away or `end()`.
+ * `heartbeatMs` keeps proxies and load balancers from closing a quiet stream. When `draining` fires (the process is
+ * shutting down), the stream ends with a `reconnect` event. `onClose` runs once, whoever closes it: the client going
+ * away, `end()` or the drain.
  */
 export class EventStream {
   private closed = false;
@@ -12,6 +19,7 @@ export class EventStream {
   constructor(
     private readonly response: ServerResponse,
     heartbeatMs: number,
+    draining: AbortSignal,
     onClose: () => void,
   ) {
     response.writeHead(200, {
@@ -22,11 +30,15 @@ export class EventStream {
     });
     response.flushHeaders();
     this.heartbeat = setInterval(() => this.comment('keep-alive'), heartbeatMs);
+    const reconnect = () => this.reconnect();
+    draining.addEventListener('abort', reconnect, { once: true });
     response.once('close', () => {
       this.closed = true;
       clearInterval(this.heartbeat);
+      draining.removeEventListener('abort', reconnect);
       onClose();
     });
+    if (draining.aborted) this.reconnect();
   }
 
   get isClosed(): boolean {
@@ -45,5 +57,18 @@ export class EventStream {
 
   end(): void {
     if (!this.closed) this.response.end();
+  }
+
+  /**
+   * The last event of a stream this process will not keep: the client opens it again, after `retry` milliseconds (an
+   * EventSource does so by itself), and reaches another replica. The connection closes with it, so that the new
+   * request is not sent down it.
+   */
+  private reconnect(): void {
+    if (this.closed) return;
+    const retry = Math.floor(Math.random() * RECONNECT_SPREAD_MS);
+    this.response.write(`retry: ${retry}\nevent: reconnect\ndata: {}\n\n`);
+    const socket = this.response.socket;
+    this.response.end(() => socket?.end());
   }
 }

@@ -27,14 +27,21 @@ export function preferredWait(header: string | string[] | undefined): number | u
 
 /**
  * Keeps the connection of a request that waits `seconds` (`Prefer: wait`) from being closed as idle meanwhile, and
- * gives it the usual idle timeout back once answered.
+ * gives it the usual idle timeout back once answered. Answered while the process drains (the wait was cut short), it
+ * closes its connection, so that the client's next request goes to another replica.
  */
 export function holdOpen(
   request: IncomingMessage,
   response: ServerResponse,
   seconds: number,
   idleTimeoutMs: number,
+  draining: AbortSignal,
 ): void {
+  const closeAfter = () => {
+    if (!response.headersSent) response.setHeader('Connection', 'close');
+  };
+  draining.addEventListener('abort', closeAfter, { once: true });
+  response.once('close', () => draining.removeEventListener('abort', closeAfter));
   const needed = (seconds + 5) * 1000;
   if (needed <= idleTimeoutMs) return;
   request.socket.setTimeout(needed);

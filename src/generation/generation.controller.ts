@@ -1,6 +1,7 @@
 import { Controller, Post, Req, Res } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { CurrentUser, type Principal } from '../auth/auth.decorators.js';
+import { Draining } from '../common/draining.js';
 import { holdOpen, preferredWait } from '../common/prefer.js';
 import { AppConfig } from '../config/config.js';
 import { GenerationService } from './generation.service.js';
@@ -10,6 +11,7 @@ export class GenerationController {
   constructor(
     private readonly generation: GenerationService,
     private readonly config: AppConfig,
+    private readonly draining: Draining,
   ) {}
 
   /** Served with and without the trailing slash the specification gives it. */
@@ -19,7 +21,7 @@ export class GenerationController {
     const wait = preferredWait(request.headers.prefer);
     let answer = await this.generation.create(user.userId, request, response);
     if (wait !== undefined && answer.status === 202) {
-      holdOpen(request, response, wait, this.config.httpIdleTimeoutMs);
+      holdOpen(request, response, wait, this.config.httpIdleTimeoutMs, this.draining.signal);
       answer = await this.generation.awaitOutcome(user.userId, answer, wait);
     }
     response.status(answer.status).set(answer.headers).json(answer.body);

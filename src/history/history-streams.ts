@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import { Injectable, Logger } from '@nestjs/common';
+import { Draining } from '../common/draining.js';
 import { EventStream } from '../common/event-stream.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
@@ -18,6 +19,7 @@ export class HistoryStreams {
     private readonly events: JobEvents,
     private readonly progress: JobProgress,
     private readonly config: AppConfig,
+    private readonly draining: Draining,
   ) {}
 
   /**
@@ -68,7 +70,7 @@ export class HistoryStreams {
       unwatch();
       throw error;
     }
-    open.stream = new EventStream(response, this.config.eventStreamHeartbeatMs, unwatch);
+    open.stream = new EventStream(response, this.config.eventStreamHeartbeatMs, this.draining.signal, unwatch);
     refresh();
   }
 
@@ -95,7 +97,7 @@ export class HistoryStreams {
       });
     };
     const unwatch = await this.events.watch({ userId }, onEvent);
-    const stream = new EventStream(response, this.config.eventStreamHeartbeatMs, unwatch);
+    const stream = new EventStream(response, this.config.eventStreamHeartbeatMs, this.draining.signal, unwatch);
     // Nothing else may come for a while: clients and proxies see at once that the stream is open.
     stream.comment('stream open');
   }

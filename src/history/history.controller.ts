@@ -15,6 +15,7 @@ import {
 } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { CurrentUser, type Principal } from '../auth/auth.decorators.js';
+import { Draining } from '../common/draining.js';
 import { holdOpen, preferredWait } from '../common/prefer.js';
 import { DomainError } from '../common/problem.js';
 import { isUuid } from '../common/uuid.js';
@@ -42,6 +43,7 @@ export class HistoryController {
     private readonly history: HistoryService,
     private readonly streams: HistoryStreams,
     private readonly config: AppConfig,
+    private readonly draining: Draining,
   ) {}
 
   @Get()
@@ -63,7 +65,7 @@ export class HistoryController {
   ): Promise<HistoryItemDto> {
     const wait = preferredWait(request.headers.prefer);
     if (wait === undefined) return this.history.get(user.userId, id);
-    holdOpen(request, response, wait, this.config.httpIdleTimeoutMs);
+    holdOpen(request, response, wait, this.config.httpIdleTimeoutMs, this.draining.signal);
     const item = await this.history.get(user.userId, id, wait);
     response.setHeader('Preference-Applied', `wait=${wait}`);
     return item;

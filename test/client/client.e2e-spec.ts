@@ -275,6 +275,22 @@ describe('the typed client following the progress of a job', () => {
     expect(progress).toEqual([null, 0.25, 0.6, 1]);
   });
 
+  it('opens the stream again when it ends with a reconnect event, and goes on from the item as it is then', async () => {
+    const progress: (number | null)[] = [];
+    const waiting = sut.waitForJob(id, { onUpdate: (item) => progress.push(item.progress) });
+    const leaving = await server.nextStream();
+    leaving.send(pending(0.2));
+    leaving.reconnect(10);
+
+    const next = await server.nextStream();
+    next.send(pending(0.7));
+    next.send(complete);
+
+    expect(await waiting).toEqual(complete);
+    expect([leaving.id, next.id]).toEqual([id, id]);
+    expect(progress).toEqual([0.2, 0.7, 1]);
+  });
+
   it('takes the progress from each answer once the stream is cut, and passes on only what changed', async () => {
     answers = [
       { item: pending(0.5), held: false },

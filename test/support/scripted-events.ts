@@ -22,6 +22,8 @@ export interface ScriptedStream {
   send(item: HistoryItem): void;
   /** Ends the stream, as the service does after a final item, or as a proxy that cuts it. */
   end(): void;
+  /** Ends the stream as a replica shutting down does: `event: reconnect` after a `retry:` of `retryMs`. */
+  reconnect(retryMs: number): void;
 }
 
 const EVENTS_PATH = /^\/user\/generation-history\/([^/]+)\/events$/;
@@ -40,6 +42,7 @@ export async function startScriptedEvents(
         id: events[1],
         send: (item) => void response.write(`event: item\ndata: ${JSON.stringify(item)}\n\n`),
         end: () => void response.end(),
+        reconnect: (retryMs) => void response.end(`retry: ${retryMs}\nevent: reconnect\ndata: {}\n\n`),
       };
       const waiter = waiting.shift();
       if (waiter) waiter(stream);

@@ -205,6 +205,15 @@ export interface paths {
          *     `GET /user/generation-history/{id}` returns it; a comment line (`: keep-alive`) every 15 s
          *     keeps proxies from closing the connection. Events reach a stream on any API replica.
          *     An id that is not a UUID answers `400`; another user's or a missing item `404`.
+         *
+         *     **Reconnecting.** An API replica that shuts down (a rollout) ends its streams with a last
+         *     event, `event: reconnect` with `data: {}`, in a block that also holds a `retry:` field (the
+         *     milliseconds to wait, under a second). Open the stream again after that long, at the same
+         *     URL: another replica answers, and the new stream's first event is the item as it is now, so
+         *     nothing is missed. A browser `EventSource` does this by itself (it reconnects whenever a
+         *     stream ends, after `retry`); call `close()` on it once the item is final, or it opens the
+         *     stream again and gets the final item again. A stream that ends after a final item is not to
+         *     be reopened.
          */
         get: operations["streamHistoryItemEvents"];
         put?: never;
@@ -259,6 +268,14 @@ export interface paths {
          *     `data: {"history_item_id": "..."}` when an item is deleted. It starts with a comment line
          *     (`: stream open`) and no event: list the history first, then apply the events. A comment line
          *     every 15 s keeps proxies from closing it.
+         *
+         *     **Reconnecting.** An API replica that shuts down (a rollout) ends its streams with a last
+         *     event, `event: reconnect` with `data: {}`, in a block that also holds a `retry:` field (the
+         *     milliseconds to wait, under a second). Open the stream again after that long, at the same
+         *     URL (another replica answers), and once it is open list the history again: the changes made
+         *     while no stream was open are not replayed. A browser `EventSource` reconnects by itself
+         *     whenever a stream ends, after `retry`; list again on its `open` event. Any other end of the
+         *     stream (a proxy's timeout, a network error) is handled the same way.
          */
         get: operations["streamUserEvents"];
         put?: never;
@@ -1087,6 +1104,8 @@ export interface components {
          * @description `wait=N` (RFC 7240), N from 1 to 60: hold the answer until the job is final, for at most N
          *     seconds. Other preferences in the header are ignored; a `wait` outside 1..60 answers
          *     `400 validation_failed`.
+         *     An API replica that shuts down (a rollout) answers its held requests at once, as if the wait
+         *     were over (the job still `pending`), and closes the connection: ask again.
          * @example wait=30
          */
         PreferWait: string;
@@ -1227,6 +1246,8 @@ export interface operations {
                  * @description `wait=N` (RFC 7240), N from 1 to 60: hold the answer until the job is final, for at most N
                  *     seconds. Other preferences in the header are ignored; a `wait` outside 1..60 answers
                  *     `400 validation_failed`.
+                 *     An API replica that shuts down (a rollout) answers its held requests at once, as if the wait
+                 *     were over (the job still `pending`), and closes the connection: ask again.
                  * @example wait=30
                  */
                 Prefer?: components["parameters"]["PreferWait"];
@@ -1414,6 +1435,8 @@ export interface operations {
                  * @description `wait=N` (RFC 7240), N from 1 to 60: hold the answer until the job is final, for at most N
                  *     seconds. Other preferences in the header are ignored; a `wait` outside 1..60 answers
                  *     `400 validation_failed`.
+                 *     An API replica that shuts down (a rollout) answers its held requests at once, as if the wait
+                 *     were over (the job still `pending`), and closes the connection: ask again.
                  * @example wait=30
                  */
                 Prefer?: components["parameters"]["PreferWait"];
