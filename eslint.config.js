@@ -4,16 +4,7 @@ import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
   {
-    ignores: [
-      'dist/',
-      'coverage/',
-      'data/',
-      'node_modules/',
-      'src/generated/',
-      'client/dist/',
-      'client/src/generated/',
-      '.scratch/',
-    ],
+    ignores: ['dist/', 'coverage/', 'data/', 'node_modules/', 'src/generated/', 'client/dist/', '.scratch/'],
   },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,

@@ -1,13 +1,8 @@
-import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
-import { InjectDataSource } from '@nestjs/typeorm';
-import { DataSource, IsNull } from 'typeorm';
 import { AppConfig } from '../config/config.js';
 import type { Principal } from './auth.decorators.js';
-import { Database } from '../database/database.js';
-import { ApiKey } from './api-key.entity.js';
 import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from '../common/api-key.js';
-import { User } from './user.entity.js';
+import { ApiKeyRepository } from './api-key.repository.js';
 
 export interface ApiKeyListing {
   prefix: string;
@@ -26,41 +21,22 @@ export class ApiKeyService {
   private static readonly CACHE_MAX_ENTRIES = 10_000;
 
   constructor(
-    @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly db: Database,
+    private readonly keys: ApiKeyRepository,
     private readonly config: AppConfig,
   ) {}
 
   /** Creates the user if new and returns a fresh key; the key is not stored and cannot be shown again. */
   async create(userName: string): Promise<string> {
-    return this.dataSource.transaction(async (manager) => {
-      await manager
-        .createQueryBuilder()
-        .insert()
-        .into(User)
-        .values({ id: randomUUID(), name: userName })
-        .orIgnore()
-        .execute();
-      const user = await manager.findOneByOrFail(User, { name: userName });
-      const key = generateApiKey();
-      await manager.insert(ApiKey, {
-        id: randomUUID(),
-        userId: user.id,
-        prefix: lookupPrefix(key),
-        keyHash: hashApiKey(key),
-      });
-      return key;
-    });
+    const key = generateApiKey();
+    await this.keys.createForUser(userName, { prefix: lookupPrefix(key), keyHash: hashApiKey(key) });
+    return key;
   }
 
   async list(): Promise<ApiKeyListing[]> {
-    const keys = await this.dataSource.getRepository(ApiKey).find({
-      relations: { user: true },
-      order: { createdAt: 'ASC' },
-    });
+    const keys = await this.keys.list();
     return keys.map((key) => ({
       prefix: key.prefix,
-      user: key.user.name,
+      user: key.name,
       createdAt: key.createdAt,
       revokedAt: key.revokedAt,
     }));
@@ -68,11 +44,9 @@ export class ApiKeyService {
 
   /** Revokes by the whole key or by the prefix `list` shows; returns how many keys were revoked. */
   async revoke(keyOrPrefix: string): Promise<number> {
-    const result = await this.dataSource
-      .getRepository(ApiKey)
-      .update({ prefix: lookupPrefix(keyOrPrefix), revokedAt: IsNull() }, { revokedAt: () => 'now()' });
+    const revoked = await this.keys.revoke(lookupPrefix(keyOrPrefix));
     this.cache.clear();
-    return result.affected ?? 0;
+    return revoked;
   }
 
   async authenticate(key: string): Promise<Principal | undefined> {
@@ -82,11 +56,7 @@ export class ApiKeyService {
     const cached = this.cache.get(cacheKey);
     if (cached && cached.expiresAt > Date.now()) return cached.principal;
 
-    const [row] = await this.db.read<Pick<ApiKey, 'userId' | 'keyHash'>>({
-      name: 'api-key',
-      text: 'SELECT user_id AS "userId", key_hash AS "keyHash" FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL',
-      values: [lookupPrefix(key)],
-    });
+    const row = await this.keys.findActive(lookupPrefix(key));
     if (!row || !hashesEqual(row.keyHash, hash)) return undefined;
     const principal = { userId: row.userId };
     this.remember(cacheKey, principal);

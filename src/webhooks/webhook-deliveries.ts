@@ -7,7 +7,7 @@ import { JobEvents } from '../jobs/job-events.js';
 import { Metrics } from '../metrics/metrics.js';
 import { type WebhookDelivery, WebhookQueue } from '../queue/webhook-queue.js';
 import { postJson } from './webhook-sender.js';
-import { WebhookSecrets } from './webhook-secrets.js';
+import { WebhooksService } from './webhooks.service.js';
 
 /** Webhook attempts one worker process makes at once: they mostly wait on receivers. */
 const DELIVERY_CONCURRENCY = 16;
@@ -25,7 +25,7 @@ export class WebhookDeliveries implements OnApplicationBootstrap, BeforeApplicat
     private readonly events: JobEvents,
     private readonly queue: WebhookQueue,
     private readonly items: HistoryRepository,
-    private readonly secrets: WebhookSecrets,
+    private readonly webhooks: WebhooksService,
     private readonly metrics: Metrics,
     private readonly config: AppConfig,
   ) {}
@@ -57,7 +57,7 @@ export class WebhookDeliveries implements OnApplicationBootstrap, BeforeApplicat
     });
     const messageId = `msg_${id}`;
     const signedAt = new Date();
-    const signatures = (await this.secrets.signing(item.userId)).map((secret) =>
+    const signatures = (await this.webhooks.signingSecrets(item.userId)).map((secret) =>
       new Webhook(secret).sign(messageId, signedAt, body),
     );
     const result = await postJson(

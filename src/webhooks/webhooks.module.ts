@@ -3,8 +3,9 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { JobsModule } from '../jobs/jobs.module.js';
 import { WebhookDeliveries } from './webhook-deliveries.js';
 import { WebhookSecret } from './webhook-secret.entity.js';
-import { WebhookSecrets } from './webhook-secrets.js';
+import { WebhookSecretRepository } from './webhook-secret.repository.js';
 import { WebhooksController } from './webhooks.controller.js';
+import { WebhooksService } from './webhooks.service.js';
 
 export const WEBHOOK_ENTITIES = [WebhookSecret];
 
@@ -16,7 +17,7 @@ export class WebhooksModule {
       module: WebhooksModule,
       imports: [TypeOrmModule.forFeature(WEBHOOK_ENTITIES), JobsModule],
       controllers: api ? [WebhooksController] : [],
-      providers: [WebhookSecrets, WebhookDeliveries],
+      providers: [WebhookSecretRepository, WebhooksService, WebhookDeliveries],
     };
   }
 }
