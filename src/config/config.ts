@@ -163,10 +163,6 @@ export class AppConfig {
     read.throwIfInvalid();
   }
 
-  get usesEmbeddedDatabase(): boolean {
-    return this.databaseUrl === undefined;
-  }
-
   get runsApi(): boolean {
     return this.role === 'api' || this.role === 'all';
   }
