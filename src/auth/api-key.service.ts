@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import { LRUCache } from 'lru-cache';
 import { AppConfig } from '../config/config.js';
 import type { Principal } from './auth.decorators.js';
 import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from '../common/api-key.js';
@@ -17,13 +18,14 @@ export class ApiKeyService {
    * Authenticated keys by their hash, so polling clients cost no extra query. A revoked key stays valid
    * in a process for at most AUTH_CACHE_TTL_MS.
    */
-  private readonly cache = new Map<string, { principal: Principal; expiresAt: number }>();
-  private static readonly CACHE_MAX_ENTRIES = 10_000;
+  private readonly cache: LRUCache<string, Principal>;
 
   constructor(
     private readonly keys: ApiKeyRepository,
     private readonly config: AppConfig,
-  ) {}
+  ) {
+    this.cache = new LRUCache({ max: 10_000, ttl: config.authCacheTtlMs });
+  }
 
   /** Creates the user if new and returns a fresh key; the key is not stored and cannot be shown again. */
   async create(userName: string): Promise<string> {
@@ -54,18 +56,13 @@ export class ApiKeyService {
     const hash = hashApiKey(key);
     const cacheKey = hash.toString('base64');
     const cached = this.cache.get(cacheKey);
-    if (cached && cached.expiresAt > Date.now()) return cached.principal;
+    if (cached) return cached;
 
     const row = await this.keys.findActive(lookupPrefix(key));
     if (!row || !hashesEqual(row.keyHash, hash)) return undefined;
     const principal = { userId: row.userId };
-    this.remember(cacheKey, principal);
+    // A TTL of 0 is "no TTL" to lru-cache, but "no cache" to AUTH_CACHE_TTL_MS.
+    if (this.config.authCacheTtlMs > 0) this.cache.set(cacheKey, principal);
     return principal;
-  }
-
-  private remember(cacheKey: string, principal: Principal): void {
-    if (this.config.authCacheTtlMs === 0) return;
-    if (this.cache.size >= ApiKeyService.CACHE_MAX_ENTRIES) this.cache.clear();
-    this.cache.set(cacheKey, { principal, expiresAt: Date.now() + this.config.authCacheTtlMs });
   }
 }

@@ -1,12 +1,16 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { REDIS } from '../redis/redis.module.js';
 
 const WINDOW_MS = 60_000;
-/** Bounds the memory a flood of addresses can take; expired entries are dropped when it is reached. */
+/**
+ * Bounds the memory a flood of addresses can take; past it the least recently refused are forgotten here (their
+ * next failure finds them over the limit in Redis again).
+ */
 const MAX_REFUSED_ADDRESSES = 100_000;
 
 /**
@@ -25,8 +29,8 @@ const MAX_REFUSED_ADDRESSES = 100_000;
 export class AuthFailureLimit {
   private readonly logger = new Logger(AuthFailureLimit.name);
   private redisDown = false;
-  /** Refused addresses and when their window ends (epoch ms). */
-  private readonly refusedUntil = new Map<string, number>();
+  /** Refused addresses, each kept until its window ends. */
+  private readonly refused = new LRUCache<string, true>({ max: MAX_REFUSED_ADDRESSES });
 
   constructor(
     @Inject(REDIS) private readonly redis: Redis,
@@ -36,13 +40,8 @@ export class AuthFailureLimit {
   /** Throws 429 `rate_limited` when the client has no failures left this minute. */
   assertAllowed(clientIp: string | undefined): void {
     const client = clientOf(clientIp ?? 'unknown');
-    const until = this.refusedUntil.get(client);
-    if (until === undefined) return;
-    const remainingMs = until - Date.now();
-    if (remainingMs <= 0) {
-      this.refusedUntil.delete(client);
-      return;
-    }
+    const remainingMs = this.refused.getRemainingTTL(client);
+    if (remainingMs <= 0) return;
     const retryAfter = Math.ceil(remainingMs / 1000);
     throw new DomainError(
       'rate_limited',
@@ -61,13 +60,7 @@ export class AuthFailureLimit {
     const failures = Number(results?.[1]?.[1] ?? 0);
     if (failures < this.config.authFailuresPerMinute) return;
     const remainingMs = Number(results?.[2]?.[1]);
-    if (this.refusedUntil.size >= MAX_REFUSED_ADDRESSES) this.dropExpired();
-    this.refusedUntil.set(client, Date.now() + (remainingMs > 0 ? remainingMs : WINDOW_MS));
-  }
-
-  private dropExpired(): void {
-    const now = Date.now();
-    for (const [client, until] of this.refusedUntil) if (until <= now) this.refusedUntil.delete(client);
+    this.refused.set(client, true, { ttl: remainingMs > 0 ? remainingMs : WINDOW_MS });
   }
 
   /** Runs a Redis command, or logs (once per outage) and answers undefined when Redis does not. */

@@ -55,20 +55,18 @@ describe('AppConfig', () => {
 
     it('uses the embedded database when DATABASE_URL is unset', () => {
       expect(sut.databaseUrl).toBeUndefined();
-      expect(sut.usesEmbeddedDatabase).toBe(true);
     });
   });
 
   it('treats an empty DATABASE_URL as unset', () => {
     const sut = configFrom({ DATABASE_URL: '  ' });
 
-    expect(sut.usesEmbeddedDatabase).toBe(true);
+    expect(sut.databaseUrl).toBeUndefined();
   });
 
   it('uses an external database when DATABASE_URL is set', () => {
     const sut = configFrom({ DATABASE_URL: 'postgres://app@db.example:5432/igs' });
 
-    expect(sut.usesEmbeddedDatabase).toBe(false);
     expect(sut.databaseUrl).toBe('postgres://app@db.example:5432/igs');
   });
 
@@ -164,7 +162,7 @@ describe('AppConfig', () => {
   it('accepts a DATABASE_URL with a password without failing', () => {
     const sut = configFrom({ DATABASE_URL: 'postgresql://app:s3cr3t@db.example/igs' });
 
-    expect(sut.usesEmbeddedDatabase).toBe(false);
+    expect(sut.databaseUrl).toBe('postgresql://app:s3cr3t@db.example/igs');
   });
 });
 

@@ -4,7 +4,7 @@ import type { EngineServerSetting, RemoteEngineKind, RouteSetting } from '../con
 import { CogServer } from './cog/cog.server.js';
 import { ComfyServer } from './comfyui/comfyui.server.js';
 import type { Engine, EngineLimits, EngineServer } from './engine.js';
-import { ThreadedLocalEngine } from './local/index.js';
+import { ThreadedLocalEngine } from './local/threaded-local.engine.js';
 import { ReplicateServer } from './replicate/replicate.server.js';
 
 /** Largest image a remote engine may send back: the upload limit's pixels at four bytes each. */

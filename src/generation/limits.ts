@@ -1,5 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { REDIS } from '../redis/redis.module.js';
@@ -57,12 +58,9 @@ export interface CreationTicket {
  */
 @Injectable()
 export class CreationRateLimit {
-  /** Users this process has seen the most of; forgotten all at once when full, like the auth cache. */
-  private static readonly KNOWN_MAX_USERS = 10_000;
-
   private readonly commands: RateLimitCommands;
-  /** Per user, the creations left in the minute of this process's last take for them. */
-  private readonly known = new Map<string, { minute: number; room: number }>();
+  /** Per user, the creations left in the minute of this process's last take for them; the users seen last. */
+  private readonly known = new LRUCache<string, { minute: number; room: number }>({ max: 10_000 });
 
   constructor(
     @Inject(REDIS) private readonly redis: Redis,
@@ -101,7 +99,6 @@ export class CreationRateLimit {
     );
     // The counts are from before this take, which used one of the room they leave.
     const room = taken === 1 ? this.room(current, previous, elapsedMs) - 1 : 0;
-    if (this.known.size >= CreationRateLimit.KNOWN_MAX_USERS) this.known.clear();
     this.known.set(userId, { minute, room });
     if (taken !== 1) this.refuse(current, previous, elapsedMs);
     return { key };

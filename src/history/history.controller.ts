@@ -4,10 +4,9 @@ import {
   Delete,
   Get,
   HttpCode,
-  Injectable,
   Param,
+  ParseUUIDPipe,
   Patch,
-  type PipeTransform,
   Post,
   Query,
   Req,
@@ -18,7 +17,6 @@ import { CurrentUser, type Principal } from '../auth/auth.decorators.js';
 import { Draining } from '../common/draining.js';
 import { holdOpen, preferredWait } from '../common/prefer.js';
 import { DomainError } from '../common/problem.js';
-import { isUuid } from '../common/uuid.js';
 import { AppConfig } from '../config/config.js';
 import type { HistoryItemDto } from '../jobs/history-item.dto.js';
 import { FeedbackDto, HistoryListQueryDto, type HistoryPageDto } from './history.dto.js';
@@ -27,15 +25,18 @@ import { HistoryService } from './history.service.js';
 
 const DEFAULT_LIMIT = 20;
 
-/** The `{id}` of the history paths: a UUID, compared in lower case. */
-@Injectable()
-export class HistoryItemIdPipe implements PipeTransform<string, string> {
-  transform(id: string): string {
-    if (isUuid(id)) return id.toLowerCase();
-    const message = 'must be a history_item_id (a UUID)';
-    throw new DomainError('validation_failed', `Invalid id: ${message}.`, { errors: [{ field: 'id', message }] });
-  }
-}
+/** The `{id}` of the history paths: a UUID, refused the way the API refuses any field, compared in lower case. */
+const HistoryItemId = () =>
+  Param(
+    'id',
+    new ParseUUIDPipe({
+      exceptionFactory: () => {
+        const message = 'must be a history_item_id (a UUID)';
+        return new DomainError('validation_failed', `Invalid id: ${message}.`, { errors: [{ field: 'id', message }] });
+      },
+    }),
+    { transform: (id: string) => id.toLowerCase() },
+  );
 
 @Controller('user/generation-history')
 export class HistoryController {
@@ -59,7 +60,7 @@ export class HistoryController {
   @Get(':id')
   async get(
     @CurrentUser() user: Principal,
-    @Param('id', HistoryItemIdPipe) id: string,
+    @HistoryItemId() id: string,
     @Req() request: Request,
     @Res({ passthrough: true }) response: Response,
   ): Promise<HistoryItemDto> {
@@ -72,24 +73,20 @@ export class HistoryController {
   }
 
   @Get(':id/events')
-  async events(
-    @CurrentUser() user: Principal,
-    @Param('id', HistoryItemIdPipe) id: string,
-    @Res() response: Response,
-  ): Promise<void> {
+  async events(@CurrentUser() user: Principal, @HistoryItemId() id: string, @Res() response: Response): Promise<void> {
     await this.streams.followItem(user.userId, id, response);
   }
 
   @Post(':id/cancel')
   @HttpCode(200)
-  cancel(@CurrentUser() user: Principal, @Param('id', HistoryItemIdPipe) id: string): Promise<HistoryItemDto> {
+  cancel(@CurrentUser() user: Principal, @HistoryItemId() id: string): Promise<HistoryItemDto> {
     return this.history.cancel(user.userId, id);
   }
 
   @Patch('feedback/:id')
   feedback(
     @CurrentUser() user: Principal,
-    @Param('id', HistoryItemIdPipe) id: string,
+    @HistoryItemId() id: string,
     @Body() body: FeedbackDto,
   ): Promise<HistoryItemDto> {
     return this.history.setFeedback(user.userId, id, body.like);
@@ -97,7 +94,7 @@ export class HistoryController {
 
   @Delete(':id')
   @HttpCode(204)
-  async delete(@CurrentUser() user: Principal, @Param('id', HistoryItemIdPipe) id: string): Promise<void> {
+  async delete(@CurrentUser() user: Principal, @HistoryItemId() id: string): Promise<void> {
     await this.history.delete(user.userId, id);
   }
 }

@@ -8,8 +8,6 @@ import { JobWaits } from '../jobs/job-waits.js';
 import { HistoryItemDto } from '../jobs/history-item.dto.js';
 import type { HistoryPageDto } from './history.dto.js';
 
-export type { HistoryQuery };
-
 /** A user's own history; another user's item is answered exactly like a missing one. */
 @Injectable()
 export class HistoryService {

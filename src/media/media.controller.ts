@@ -1,9 +1,8 @@
 import { pipeline } from 'node:stream/promises';
-import { Controller, Get, Inject, Param, Res } from '@nestjs/common';
+import { Controller, Get, Inject, Param, ParseUUIDPipe, Res } from '@nestjs/common';
 import type { Response } from 'express';
 import { Public } from '../common/public.js';
 import { DomainError } from '../common/problem.js';
-import { isUuid } from '../common/uuid.js';
 import { MEDIA_CACHE_CONTROL, MEDIA_STORE, outputContentType } from './media.js';
 import type { ObjectStore } from './object-store.js';
 
@@ -17,13 +16,14 @@ export class MediaController {
   constructor(@Inject(MEDIA_STORE) private readonly media: ObjectStore) {}
 
   @Get(':id/:file')
-  async get(@Param('id') id: string, @Param('file') file: string, @Res() response: Response): Promise<void> {
+  async get(
+    @Param('id', new ParseUUIDPipe({ exceptionFactory: noSuchMediaFile })) id: string,
+    @Param('file') file: string,
+    @Res() response: Response,
+  ): Promise<void> {
     const contentType = outputContentType(file);
-    const object = contentType && isUuid(id) ? await this.media.open(`${id}/${file}`) : undefined;
-    if (!object) {
-      response.setHeader('Cache-Control', 'no-store');
-      throw new DomainError('not_found', 'No such media file.');
-    }
+    const object = contentType ? await this.media.open(`${id}/${file}`) : undefined;
+    if (!object) throw noSuchMediaFile();
     response.set({
       'Content-Type': contentType,
       'Content-Length': String(object.size),
@@ -34,4 +34,9 @@ export class MediaController {
     // handle or its S3 connection instead of leaving it paused forever.
     await pipeline(object.stream, response).catch(() => response.destroy());
   }
+}
+
+/** Not cached: the file may be written later under this name. */
+function noSuchMediaFile(): DomainError {
+  return new DomainError('not_found', 'No such media file.', { headers: { 'Cache-Control': 'no-store' } });
 }
