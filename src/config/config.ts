@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { CATALOG } from '../catalog/catalog.js';
+import { parseDuration } from './duration.js';
 import type { CogRoute, CogServerSetting, EngineRouting } from './engine-settings.js';
 import { readEnginesFile } from './engines-file.js';
 
@@ -78,6 +79,10 @@ export class AppConfig {
   /** How long one engine call may take before it counts as a failed attempt. */
   readonly engineTimeoutMs: number;
   readonly reconcileIntervalMs: number;
+  /** How long a final item is kept after `completed_at` (HISTORY_RETENTION); undefined: until its user deletes it. */
+  readonly historyRetentionMs: number | undefined;
+  /** How often the workers look for items past their retention; at most a minute, as the operators' guide says. */
+  readonly retentionSweepIntervalMs: number;
   /** Webhooks may use plain http (development and tests only). */
   readonly webhookAllowHttp: boolean;
   /** Webhooks may reach loopback, private and link-local addresses (development and tests only). */
@@ -141,6 +146,8 @@ export class AppConfig {
     this.jobStalledCheckMs = read.int('JOB_STALLED_CHECK_MS', 15_000, 100, 3_600_000);
     this.engineTimeoutMs = read.int('ENGINE_TIMEOUT_MS', 120_000, 100, 3_600_000);
     this.reconcileIntervalMs = read.int('RECONCILE_INTERVAL_MS', 30_000, 100, 3_600_000);
+    this.historyRetentionMs = read.optionalDuration('HISTORY_RETENTION');
+    this.retentionSweepIntervalMs = read.int('RETENTION_SWEEP_INTERVAL_MS', 60_000, 100, 60_000);
     this.eventStreamHeartbeatMs = read.int('EVENT_STREAM_HEARTBEAT_MS', 15_000, 100, 3_600_000);
     this.webhookAllowHttp = read.oneOf('WEBHOOK_ALLOW_HTTP', ['true', 'false'] as const, 'false') === 'true';
     this.webhookAllowPrivateNetworks =
@@ -217,6 +224,18 @@ class EnvReader {
       return fallback;
     }
     return value as T;
+  }
+
+  /** `30d`, `12h`, `90s` (see `parseDuration`), at least a second; undefined when unset. */
+  optionalDuration(name: string): number | undefined {
+    const value = this.raw(name);
+    if (value === undefined) return undefined;
+    const ms = parseDuration(value);
+    if (!(ms >= 1000)) {
+      this.problems.push(`${name} must be a duration of at least a second such as 30d, 12h or 90s, got "${value}"`);
+      return undefined;
+    }
+    return ms;
   }
 
   url(name: string, fallback: string, protocols?: string[]): string {
