@@ -21,6 +21,7 @@ const BENCHES = {
   worker: () => import('./benches/worker.mjs'),
   'upload-rss': () => import('./benches/upload-rss.mjs'),
   history: () => import('./benches/history.mjs'),
+  retention: () => import('./benches/retention.mjs'),
   push: () => import('./benches/push.mjs'),
   comfyui: () => import('./benches/comfyui.mjs'),
   person: () => import('./benches/person.mjs'),

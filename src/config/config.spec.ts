@@ -289,3 +289,32 @@ describe('AppConfig: HTTP hardening', () => {
     expect(error.problems).toHaveLength(1);
   });
 });
+
+describe('AppConfig retention', () => {
+  it('keeps items until deleted when HISTORY_RETENTION is unset, and sweeps once a minute', () => {
+    const sut = configFrom({});
+
+    expect(sut.historyRetentionMs).toBeUndefined();
+    expect(sut.retentionSweepIntervalMs).toBe(60_000);
+  });
+
+  it.each([
+    ['30d', 30 * 86_400_000],
+    ['12h', 12 * 3_600_000],
+    ['90s', 90_000],
+  ])('reads HISTORY_RETENTION=%s as a duration', (text, ms) => {
+    expect(configFrom({ HISTORY_RETENTION: text }).historyRetentionMs).toBe(ms);
+  });
+
+  it.each(['30', 'a month', '500ms', '-1d'])('refuses HISTORY_RETENTION=%s, naming it', (text) => {
+    expect(configErrorFrom({ HISTORY_RETENTION: text }).problems).toEqual([
+      `HISTORY_RETENTION must be a duration of at least a second such as 30d, 12h or 90s, got "${text}"`,
+    ]);
+  });
+
+  it('refuses a sweep interval over a minute', () => {
+    expect(configErrorFrom({ RETENTION_SWEEP_INTERVAL_MS: '120000' }).problems).toEqual([
+      'RETENTION_SWEEP_INTERVAL_MS must be a whole number from 100 to 60000, got "120000"',
+    ]);
+  });
+});

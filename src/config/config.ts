@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { CATALOG } from '../catalog/catalog.js';
+import { parseDuration } from './duration.js';
 import type { CogRoute, CogServerSetting, EngineRouting } from './engine-settings.js';
 import { readEnginesFile } from './engines-file.js';
 import { type EnvironmentVariables, givenIn, type LogLevel, readEnvironment, type Role } from './environment.js';
@@ -93,6 +94,10 @@ export class AppConfig {
   readonly httpIdleTimeoutMs: number;
   /** The model servers and the routes to them: the routing file (ENGINES_FILE) and `ENGINE_<TOOL>` shortcuts. */
   readonly engineRouting: EngineRouting;
+  /** How long a final item is kept after `completed_at` (HISTORY_RETENTION); undefined: until its user deletes it. */
+  readonly historyRetentionMs: number | undefined;
+  /** How often the workers look for items past their retention; at most a minute, as the operators' guide says. */
+  readonly retentionSweepIntervalMs: number;
 
   constructor(env: NodeJS.ProcessEnv) {
     const { variables: read, problems } = readEnvironment(env);
@@ -150,6 +155,8 @@ export class AppConfig {
     this.webhookRetryDelaysMs = read.WEBHOOK_RETRY_DELAYS_MS;
     this.webhookTimeoutMs = read.WEBHOOK_TIMEOUT_MS;
     this.shutdownTimeoutMs = read.SHUTDOWN_TIMEOUT_MS;
+    this.historyRetentionMs = read.HISTORY_RETENTION === undefined ? undefined : parseDuration(read.HISTORY_RETENTION);
+    this.retentionSweepIntervalMs = read.RETENTION_SWEEP_INTERVAL_MS;
     this.authCacheTtlMs = read.AUTH_CACHE_TTL_MS;
     this.authFailuresPerMinute = read.AUTH_FAILURES_PER_MINUTE;
     this.trustProxyHops = read.TRUST_PROXY;

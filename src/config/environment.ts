@@ -14,6 +14,7 @@ import {
   validateSync,
 } from 'class-validator';
 import { wholeNumberParameter } from '../common/validation.js';
+import { parseDuration } from './duration.js';
 
 /** The Standard Webhooks retry schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h after the attempt before. */
 const STANDARD_WEBHOOK_RETRY_DELAYS_MS = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
@@ -113,6 +114,21 @@ function protocolOf(value: unknown): string {
   } catch {
     return '';
   }
+}
+
+/** `30d`, `12h`, `90s` (see `parseDuration`), at least a second. */
+function Duration(): PropertyDecorator {
+  return applyDecorators(
+    Expose(),
+    IsOptional(),
+    ValidateBy(
+      { name: 'duration', validator: { validate: (value) => parseDuration(String(value)) >= 1000 } },
+      {
+        message: (args) =>
+          `${args.property} must be a duration of at least a second such as 30d, 12h or 90s, ${got(args)}`,
+      },
+    ),
+  );
 }
 
 /** Exact origins as browsers send them in `Origin`: scheme, host and a non-default port; nothing else. */
@@ -222,6 +238,10 @@ export class EnvironmentVariables {
   @WholeNumbers(0, 7 * 86_400_000) WEBHOOK_RETRY_DELAYS_MS: readonly number[] = STANDARD_WEBHOOK_RETRY_DELAYS_MS;
   @WholeNumber(100, 600_000) WEBHOOK_TIMEOUT_MS = 10_000;
   @WholeNumber(0, 3_600_000) SHUTDOWN_TIMEOUT_MS = 30_000;
+  /** Unset: final items are kept until their user deletes them. */
+  @Duration() HISTORY_RETENTION?: string;
+  /** At most a minute, as the operators' guide promises. */
+  @WholeNumber(100, 60_000) RETENTION_SWEEP_INTERVAL_MS = 60_000;
   @WholeNumber(0, 3_600_000) AUTH_CACHE_TTL_MS = 10_000;
   @WholeNumber(1, 1_000_000) AUTH_FAILURES_PER_MINUTE = 30;
   @WholeNumber(0, 10) TRUST_PROXY = 0;

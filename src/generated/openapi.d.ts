@@ -265,7 +265,8 @@ export interface paths {
          * @description A `text/event-stream` of every change to any of the caller's items, open-ended, for history
          *     pages: `event: item` with `data:` the item as `GET /user/generation-history/{id}` returns it
          *     (a new job, a job that completed or failed), and `event: deleted` with
-         *     `data: {"history_item_id": "..."}` when an item is deleted. It starts with a comment line
+         *     `data: {"history_item_id": "..."}` when an item is deleted (by the user, or at its
+         *     `expires_at`). It starts with a comment line
          *     (`: stream open`) and no event: list the history first, then apply the events. A comment line
          *     every 15 s keeps proxies from closing it.
          *
@@ -628,6 +629,7 @@ export interface components {
          *     | `error` | `null` | `null` | `{code, message}` |
          *     | `completed_at` | `null` | time it completed | time it failed |
          *     | `like` | `null` | `null`, `true` or `false` (feedback) | `null` |
+         *     | `expires_at` | `null` | when it will be removed (`null`: kept until deleted) | same as `complete` |
          *
          *     Transitions: `pending -> complete` and `pending -> error` only; both are final.
          */
@@ -672,8 +674,8 @@ export interface components {
              * Format: uri
              * @description `null` until `complete`, then the absolute, externally accessible URL of the stock image:
              *     the service's public base URL + `stock_url`, or the same path on the CDN or storage bucket a
-             *     deployment serves its media from. Clients apply their own retention policy:
-             *     copy the file if they need it after the item is deleted.
+             *     deployment serves its media from. The file goes with the item (deleted, or removed at
+             *     `expires_at`): copy it if it is needed longer.
              * @example http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg
              */
             output_url: string | null;
@@ -710,6 +712,16 @@ export interface components {
              * @example 0.35
              */
             progress: number | null;
+            /**
+             * Format: date-time
+             * @description When the item and its result files will be removed, as if the user had deleted it:
+             *     `completed_at` plus the deployment's retention period, set from the moment the item is
+             *     final. It goes at that moment or shortly after (removal runs at least once a minute), never
+             *     before; event streams then send `deleted`. `null` while `pending` (a pending job is never
+             *     removed), and on a deployment that keeps items until they are deleted.
+             * @example 2025-07-01T12:00:14.512Z
+             */
+            expires_at: string | null;
             webhook: components["schemas"]["WebhookDelivery"];
         };
         /**
@@ -1521,10 +1533,10 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"webhook":null}
                      *
                      *     event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","webhook":null}
                      */
                     "text/event-stream": string;
                 };
@@ -1575,6 +1587,7 @@ export interface operations {
                      *       "updated_at": "2025-06-01T12:00:02.250Z",
                      *       "completed_at": "2025-06-01T12:00:02.250Z",
                      *       "progress": null,
+                     *       "expires_at": "2025-07-01T12:00:02.250Z",
                      *       "webhook": null
                      *     }
                      */
@@ -1606,7 +1619,7 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"webhook":null}
                      *
                      *     event: deleted
                      *     data: {"history_item_id":"7a9e3c51-2d4f-4b6a-8e1c-0f5d2a7b9c13"}
@@ -1659,6 +1672,7 @@ export interface operations {
                      *       "updated_at": "2025-06-01T12:01:30.000Z",
                      *       "completed_at": "2025-06-01T12:00:14.512Z",
                      *       "progress": 1,
+                     *       "expires_at": "2025-07-01T12:00:14.512Z",
                      *       "webhook": null
                      *     }
                      */

@@ -53,7 +53,7 @@ export class HistoryStreams {
           const item = await this.items.findOwned(userId, id);
           if (!item) return stream.end();
           const progress = await this.progress.of([item]);
-          send(stream, HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress.get(id)));
+          send(stream, HistoryItemDto.from(item, this.config, progress.get(id)));
           if (item.status !== 'pending') stream.end();
         } catch (error) {
           // The client reconnects and reads the item afresh; an outage is not worth keeping a silent stream open.
@@ -89,7 +89,7 @@ export class HistoryStreams {
           const progress = event.kind === 'progress' ? event.progress : (await this.progress.of([item])).get(item.id);
           // A progress event read after its job ended would show the item going back to pending's progress.
           if (event.kind === 'progress' && item.status !== 'pending') return;
-          stream.send('item', HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress));
+          stream.send('item', HistoryItemDto.from(item, this.config, progress));
         } catch (error) {
           this.logger.warn({ err: error }, 'a user event stream ended on a failed read');
           stream.end();

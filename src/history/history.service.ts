@@ -26,7 +26,7 @@ export class HistoryService {
       : await this.items.findOwned(userId, id);
     if (!item) throw notFound();
     const progress = await this.progress.of([item]);
-    return HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress.get(item.id));
+    return HistoryItemDto.from(item, this.config, progress.get(item.id));
   }
 
   /** Newest first, ties broken by id, so pages neither repeat nor skip items. */
@@ -34,7 +34,7 @@ export class HistoryService {
     const { rows, total } = await this.items.list(userId, query);
     const progress = await this.progress.of(rows);
     return {
-      items: rows.map((item) => HistoryItemDto.from(item, this.config.mediaPublicBaseUrl, progress.get(item.id))),
+      items: rows.map((item) => HistoryItemDto.from(item, this.config, progress.get(item.id))),
       page: query.page,
       limit: query.limit,
       total,

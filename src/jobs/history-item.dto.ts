@@ -1,8 +1,12 @@
+import type { AppConfig } from '../config/config.js';
 import type { components } from '../generated/openapi.js';
 import { mediaPath } from '../media/media.js';
 import type { HistoryItemRow } from './history.repository.js';
 
 type HistoryItemSchema = components['schemas']['HistoryItem'];
+
+/** The deployment's settings an item is shown with: where its media is served from, and how long it is kept. */
+export type ItemSettings = Pick<AppConfig, 'mediaPublicBaseUrl' | 'historyRetentionMs'>;
 
 /** A history item as every client sees it: the item GET, event streams and webhooks. */
 export class HistoryItemDto implements HistoryItemSchema {
@@ -20,13 +24,15 @@ export class HistoryItemDto implements HistoryItemSchema {
   completed_at: string | null;
   webhook: HistoryItemSchema['webhook'];
   progress: number | null;
+  expires_at: string | null;
 
   /**
    * Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL, on the
    * service itself or on whatever serves the media store (MEDIA_PUBLIC_BASE_URL). `progress` is what the running job
-   * last reported (`JobProgress`), if anything: 1 once complete, null once failed.
+   * last reported (`JobProgress`), if anything: 1 once complete, null once failed. A final item expires
+   * HISTORY_RETENTION after it ended, when the retention sweep removes it.
    */
-  static from(item: HistoryItemRow, mediaBaseUrl: string, progress?: number): HistoryItemDto {
+  static from(item: HistoryItemRow, settings: ItemSettings, progress?: number): HistoryItemDto {
     const complete = item.status === 'complete';
     const stock = mediaPath(item.id, 'stock');
     return {
@@ -36,13 +42,17 @@ export class HistoryItemDto implements HistoryItemSchema {
       status: item.status,
       preview_url: complete ? mediaPath(item.id, 'preview') : null,
       stock_url: complete ? stock : null,
-      output_url: complete ? `${mediaBaseUrl}/${stock}` : null,
+      output_url: complete ? `${settings.mediaPublicBaseUrl}/${stock}` : null,
       like: item.like,
       error: item.errorCode ? { code: item.errorCode, message: item.errorMessage ?? '' } : null,
       created_at: item.createdAt.toISOString(),
       updated_at: item.updatedAt.toISOString(),
       completed_at: item.completedAt?.toISOString() ?? null,
       progress: complete ? 1 : item.status === 'pending' ? (progress ?? null) : null,
+      expires_at:
+        item.completedAt && settings.historyRetentionMs !== undefined
+          ? new Date(item.completedAt.getTime() + settings.historyRetentionMs).toISOString()
+          : null,
       webhook: item.webhookUrl
         ? {
             url: item.webhookUrl,

@@ -25,7 +25,8 @@ export function inputKeysOf(inputs: Record<string, StoredInput>): string[] {
 
 /**
  * One generation job. The row is written before the job is queued, so it is the outbox the reconciler
- * re-enqueues from. List queries walk (user, [status], [generation_type], created_at, id) backwards.
+ * re-enqueues from. List queries walk (user, [status], [generation_type], created_at, id) backwards; the retention
+ * sweep walks final items by completed_at.
  */
 @Entity({ name: 'history_items' })
 @Check('history_items_status_check', `"status" IN ('pending', 'complete', 'error')`)
@@ -36,6 +37,7 @@ export function inputKeysOf(inputs: Record<string, StoredInput>): string[] {
 @Index('history_items_user_type_created', ['userId', 'generationType', 'createdAt', 'id'])
 @Index('history_items_user_status_type_created', ['userId', 'status', 'generationType', 'createdAt', 'id'])
 @Index('history_items_pending_created', ['createdAt'], { where: `"status" = 'pending'` })
+@Index('history_items_final_completed', ['completedAt'], { where: `"status" <> 'pending'` })
 export class HistoryItem {
   @PrimaryColumn({ type: 'uuid' })
   id: string;

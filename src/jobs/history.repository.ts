@@ -225,6 +225,24 @@ export class HistoryRepository {
     });
   }
 
+  /** The oldest final items, ended more than `seconds` ago (partial index on final items by completed_at). */
+  async finalEndedBefore(seconds: number, limit: number): Promise<EndedRow[]> {
+    return this.db.query<EndedRow>({
+      text: `SELECT ${ENDED_COLUMNS} FROM history_items
+              WHERE status <> 'pending' AND completed_at < now() - make_interval(secs => $1)
+              ORDER BY completed_at LIMIT $2`,
+      values: [seconds, limit],
+    });
+  }
+
+  /** Deletes those of the items that are final; resolves the ones deleted (not already gone). */
+  async deleteFinal(ids: readonly string[]): Promise<EndedRow[]> {
+    return this.db.query<EndedRow>({
+      text: `DELETE FROM history_items WHERE id = ANY($1::uuid[]) AND status <> 'pending' RETURNING ${ENDED_COLUMNS}`,
+      values: [ids],
+    });
+  }
+
   /** The ids of the oldest pending items created more than `seconds` ago (partial index on pending). */
   async pendingOlderThan(seconds: number, limit: number): Promise<string[]> {
     const rows = await this.db.query<{ id: string }>({

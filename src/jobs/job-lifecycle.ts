@@ -8,11 +8,17 @@ import { type EndedRow, HistoryRepository, type JobRow, type NewHistoryItem } fr
 import { JobEvents } from './job-events.js';
 
 /**
+ * Items whose files a retention sweep removes at once: enough to overlap storage round trips, few enough to leave
+ * the file system's threads and the bucket's connections to the jobs running beside it.
+ */
+const FILE_REMOVALS_AT_ONCE = 8;
+
+/**
  * The one place a job changes state, with the files each change leaves behind and the event it announces:
  *
  *   (accepted) -> pending -> complete | error        both final; nothing else, ever
  *                                                    (`error` includes `canceled`, by the user)
- *   any state  -> (deleted)
+ *   any state  -> (deleted)                          by the user; a final one also when it expires (retention)
  *
  * Every change is a database update guarded by the current status, so of two deliveries of one job, a worker and
  * the reconciler, or a worker and a delete, exactly one decides the outcome. The inputs (people's photos) are
@@ -99,6 +105,27 @@ export class JobLifecycle {
     await this.removeFiles(item, { keepOutputs: false });
     this.events.announce({ kind: 'deleted', historyItemId: id, userId, status: item.status });
     return true;
+  }
+
+  /**
+   * Removes up to `limit` of the final items that ended more than `retentionMs` ago, each as its user's delete
+   * would: its files, its row, a `deleted` event. Pending items are never touched. The files go first, the row
+   * after: an item that outlives a failed removal is found again by the next sweep, and no file outlives its row.
+   * Resolves how many items were looked at (fewer than `limit`: nothing more is due).
+   */
+  async expire(retentionMs: number, limit: number): Promise<number> {
+    const due = await this.items.finalEndedBefore(retentionMs / 1000, limit);
+    for (let start = 0; start < due.length; start += FILE_REMOVALS_AT_ONCE) {
+      await Promise.all(
+        due.slice(start, start + FILE_REMOVALS_AT_ONCE).map((item) => this.removeFiles(item, { keepOutputs: false })),
+      );
+    }
+    // A final item's job is over: Bull ages its record out on its own, there is nothing queued to drop.
+    const deleted = due.length > 0 ? await this.items.deleteFinal(due.map((item) => item.id)) : [];
+    for (const item of deleted) {
+      this.events.announce({ kind: 'deleted', historyItemId: item.id, userId: item.userId, status: item.status });
+    }
+    return due.length;
   }
 
   /**

@@ -53,7 +53,7 @@ export class WebhookDeliveries implements OnApplicationBootstrap, BeforeApplicat
     const body = JSON.stringify({
       type: delivery.type,
       timestamp: (item.completedAt ?? item.updatedAt).toISOString(),
-      data: HistoryItemDto.from(item, this.config.mediaPublicBaseUrl),
+      data: HistoryItemDto.from(item, this.config),
     });
     const messageId = `msg_${id}`;
     const signedAt = new Date();

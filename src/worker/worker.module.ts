@@ -5,9 +5,10 @@ import { EngineRuns } from './engine-runs.js';
 import { EngineSlots } from './engine-slots.js';
 import { GenerationProcessor } from './generation.processor.js';
 import { Reconciler } from './reconciler.js';
+import { RetentionSweep } from './retention.js';
 
 @Module({
   imports: [JobsModule, EnginesModule],
-  providers: [EngineSlots, EngineRuns, GenerationProcessor, Reconciler],
+  providers: [EngineSlots, EngineRuns, GenerationProcessor, Reconciler, RetentionSweep],
 })
 export class WorkerModule {}

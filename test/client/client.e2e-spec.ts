@@ -228,6 +228,7 @@ describe('the typed client following the progress of a job', () => {
     updated_at: '2025-06-01T12:00:00.000Z',
     completed_at: null,
     progress,
+    expires_at: null,
     webhook: null,
   });
   const complete: HistoryItem = {

@@ -187,6 +187,8 @@ describe('job creation with a worker running', () => {
           updated_at: expect.any(String),
           completed_at: expect.any(String),
           progress: 1,
+          // Kept until deleted: this service runs without HISTORY_RETENTION.
+          expires_at: null,
           webhook: null,
         });
         const created = Date.parse(item.created_at);
@@ -351,6 +353,7 @@ describe('a job while it is pending (no worker running)', () => {
       completed_at: null,
       // Queued, with no worker: nothing has been reported.
       progress: null,
+      expires_at: null,
       webhook: null,
     });
     for (const path of [accepted.preview_image, accepted.stock_image]) {
