@@ -50,7 +50,7 @@ export async function analyseObject(image: RawImage, options: KeyOptions = {}): 
           }),
         )
       : image;
-  const key = await keyBackground(small, options);
+  const key = keyBackground(small, options);
   const sx = image.width / small.width;
   const sy = image.height / small.height;
   const box = key.reliable
@@ -108,17 +108,17 @@ export async function cutoutAt(
     // than its copy), the cut-out is enlarged (alpha premultiplied).
     const cut = analysis.fullKey?.reliable
       ? { image: extractForeground(image, analysis.fullKey, region), reliable: true }
-      : await keyed(await toRawImage(extract), options);
+      : keyed(await toRawImage(extract), options);
     const enlarged = await toRawImage(fromRaw(cut.image).resize(outW, outH, { fit: 'fill' }));
     return { image: cut.reliable ? enlarged : featherEllipse(enlarged), left, top };
   }
-  const cut = await keyed(await toRawImage(extract.resize(outW, outH, { fit: 'fill' })), options);
+  const cut = keyed(await toRawImage(extract.resize(outW, outH, { fit: 'fill' })), options);
   return { image: cut.reliable ? cut.image : featherEllipse(cut.image), left, top };
 }
 
 /** The whole of `image` with its background keyed out (opaque when the background is not plain). */
-async function keyed(image: RawImage, options: KeyOptions): Promise<{ image: RawImage; reliable: boolean }> {
-  const key: KeyResult = await keyBackground(image, options);
+function keyed(image: RawImage, options: KeyOptions): { image: RawImage; reliable: boolean } {
+  const key: KeyResult = keyBackground(image, options);
   return {
     image: extractForeground(image, key, { left: 0, top: 0, right: image.width, bottom: image.height }),
     reliable: key.reliable,
@@ -155,13 +155,13 @@ export async function objectMask(
 ): Promise<{ alpha: Plane; box: Box; reliable: boolean; problem?: KeyProblem }> {
   const scale = min(1, MASK_KEY_SIZE / max(image.width, image.height));
   if (scale === 1) {
-    const key = await keyBackground(image, options);
+    const key = keyBackground(image, options);
     return { alpha: key.alpha, box: key.box, reliable: key.reliable, problem: key.problem };
   }
   const small = await toRawImage(
     fromRaw(image).resize(max(1, round(image.width * scale)), max(1, round(image.height * scale)), { fit: 'fill' }),
   );
-  const key = await keyBackground(small, options);
+  const key = keyBackground(small, options);
   const alpha = await toPlane(fromRaw(key.alpha).resize(image.width, image.height, { fit: 'fill', kernel: 'linear' }));
   const sx = image.width / small.width;
   const sy = image.height / small.height;
