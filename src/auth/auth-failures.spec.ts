@@ -3,52 +3,43 @@ import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { AuthFailureLimit, clientOf } from './auth-failures.js';
 
-/** A Redis whose MULTI answers `results` (or fails with `error`), recording the commands it was given. */
-function fakeRedis(outcome: { results?: [Error | null, unknown][]; error?: Error }) {
-  const commands: unknown[][] = [];
-  const transaction = new Proxy(
-    {},
-    {
-      get: (_target, name: string) =>
-        name === 'exec'
-          ? () => (outcome.error ? Promise.reject(outcome.error) : Promise.resolve(outcome.results ?? []))
-          : (...args: unknown[]) => {
-              commands.push([name, ...args]);
-              return transaction;
-            },
+/**
+ * A Redis that runs rate-limiter-flexible's window script (`rlflxIncr`: open a window of ARGV[2] seconds at the first
+ * point, add ARGV[1], answer the count and the window's milliseconds left) on counters of its own, each window
+ * having `windowLeftMs` left; or fails with `error`.
+ */
+function fakeRedis(outcome: { windowLeftMs?: number; error?: Error } = {}) {
+  const counts = new Map<string, number>();
+  const windows = new Map<string, number>();
+  const redis = {
+    defineCommand: () => undefined,
+    rlflxIncr: ([key, points, seconds]: string[]) => {
+      if (outcome.error) return Promise.reject(outcome.error);
+      if (!counts.has(key)) windows.set(key, Number(seconds) * 1000);
+      counts.set(key, (counts.get(key) ?? 0) + Number(points));
+      return Promise.resolve([counts.get(key), outcome.windowLeftMs ?? windows.get(key)]);
     },
-  );
-  return { redis: { multi: () => transaction } as unknown as Redis, commands };
+  };
+  return { redis: redis as unknown as Redis, counts, windows };
 }
 
 const config = new AppConfig({ AUTH_FAILURES_PER_MINUTE: '3' });
 
 describe('AuthFailureLimit', () => {
   it('lets a client through while its failures are under the limit', async () => {
-    const { redis } = fakeRedis({
-      results: [
-        [null, 'OK'],
-        [null, 2],
-        [null, 30_000],
-      ],
-    });
+    const { redis } = fakeRedis({ windowLeftMs: 30_000 });
     const sut = new AuthFailureLimit(redis, config);
 
+    await sut.recordFailure('203.0.113.7');
     await sut.recordFailure('203.0.113.7');
 
     expect(() => sut.assertAllowed('203.0.113.7')).not.toThrow();
   });
 
   it('refuses a client out of failures with 429 rate_limited and the seconds left in its minute', async () => {
-    const { redis } = fakeRedis({
-      results: [
-        [null, null],
-        [null, 3],
-        [null, 41_200],
-      ],
-    });
+    const { redis } = fakeRedis({ windowLeftMs: 41_200 });
     const sut = new AuthFailureLimit(redis, config);
-    await sut.recordFailure('203.0.113.7');
+    for (let i = 0; i < 3; i++) await sut.recordFailure('203.0.113.7');
 
     let refusal: unknown;
     try {
@@ -64,24 +55,32 @@ describe('AuthFailureLimit', () => {
     expect(() => sut.assertAllowed('203.0.113.8')).not.toThrow();
   });
 
-  it('counts a failure in a window opened by the first one', async () => {
-    const { redis, commands } = fakeRedis({ results: [] });
+  it('refuses a client that other replicas counted over the limit', async () => {
+    const { redis, counts } = fakeRedis({ windowLeftMs: 20_000 });
+    counts.set('auth:failures:203.0.113.7', 5);
+    const sut = new AuthFailureLimit(redis, config);
+
+    await sut.recordFailure('203.0.113.7');
+
+    expect(() => sut.assertAllowed('203.0.113.7')).toThrow(DomainError);
+  });
+
+  it("counts a client's failures under its own key, in a minute-long window opened by the first one", async () => {
+    const { redis, counts, windows } = fakeRedis();
     const sut = new AuthFailureLimit(redis, config);
 
     await sut.recordFailure('::ffff:203.0.113.7');
+    await sut.recordFailure('203.0.113.7');
 
-    expect(commands).toEqual([
-      ['set', 'auth:failures:203.0.113.7', 0, 'PX', 60_000, 'NX'],
-      ['incr', 'auth:failures:203.0.113.7'],
-      ['pttl', 'auth:failures:203.0.113.7'],
-    ]);
+    expect(Object.fromEntries(counts)).toEqual({ 'auth:failures:203.0.113.7': 2 });
+    expect(Object.fromEntries(windows)).toEqual({ 'auth:failures:203.0.113.7': 60_000 });
   });
 
   it('lets requests through and counts nothing while Redis is down', async () => {
     const { redis } = fakeRedis({ error: new Error("Stream isn't writeable and enableOfflineQueue options is false") });
     const sut = new AuthFailureLimit(redis, config);
 
-    await expect(sut.recordFailure('203.0.113.7')).resolves.toBeUndefined();
+    for (let i = 0; i < 5; i++) await expect(sut.recordFailure('203.0.113.7')).resolves.toBeUndefined();
     expect(() => sut.assertAllowed('203.0.113.7')).not.toThrow();
   });
 });

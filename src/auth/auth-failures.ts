@@ -1,17 +1,16 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
-import { LRUCache } from 'lru-cache';
+import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { REDIS } from '../redis/redis.module.js';
 
-const WINDOW_MS = 60_000;
-/**
- * Bounds the memory a flood of addresses can take; past it the least recently refused are forgotten here (their
- * next failure finds them over the limit in Redis again).
- */
-const MAX_REFUSED_ADDRESSES = 100_000;
+/** A client's window opens with its first failure and lasts a minute. */
+const WINDOW_SECONDS = 60;
+
+/** rate-limiter-flexible's in-memory block, public on its store limiters but missing from its type declarations. */
+type WithInMemoryBlock = RateLimiterRedis & { getInMemoryBlockMsBeforeExpire(rlKey: string): number };
 
 /**
  * Failed authentications per client address, counted in Redis so every API replica shares one count. A
@@ -19,9 +18,9 @@ const MAX_REFUSED_ADDRESSES = 100_000;
  * the minute that began with its first failure is over. A success does not reset the count: otherwise one
  * valid key would let its holder guess others without limit.
  *
- * Only failures touch Redis: each replica remembers the addresses its own failures found over the limit,
- * so the requests of well-behaved clients (polling, mostly) cost no round trip. Across N replicas an
- * attacker gets at most N extra guesses before every replica refuses it.
+ * Only failures touch Redis: each replica remembers the addresses its own failures found over the limit
+ * (the limiter's in-memory block), so the requests of well-behaved clients (polling, mostly) cost no round trip.
+ * Across N replicas an attacker gets at most N extra guesses before every replica refuses it.
  *
  * The count is a safeguard, not a gate: while Redis is unreachable, requests are authenticated as usual.
  */
@@ -29,18 +28,22 @@ const MAX_REFUSED_ADDRESSES = 100_000;
 export class AuthFailureLimit {
   private readonly logger = new Logger(AuthFailureLimit.name);
   private redisDown = false;
-  /** Refused addresses, each kept until its window ends. */
-  private readonly refused = new LRUCache<string, true>({ max: MAX_REFUSED_ADDRESSES });
+  private readonly failures: WithInMemoryBlock;
 
-  constructor(
-    @Inject(REDIS) private readonly redis: Redis,
-    private readonly config: AppConfig,
-  ) {}
+  constructor(@Inject(REDIS) redis: Redis, config: AppConfig) {
+    this.failures = new RateLimiterRedis({
+      storeClient: redis,
+      keyPrefix: 'auth:failures',
+      points: config.authFailuresPerMinute,
+      duration: WINDOW_SECONDS,
+      inMemoryBlockOnConsumed: config.authFailuresPerMinute,
+    }) as WithInMemoryBlock;
+  }
 
   /** Throws 429 `rate_limited` when the client has no failures left this minute. */
   assertAllowed(clientIp: string | undefined): void {
-    const client = clientOf(clientIp ?? 'unknown');
-    const remainingMs = this.refused.getRemainingTTL(client);
+    const key = this.failures.getKey(clientOf(clientIp ?? 'unknown'));
+    const remainingMs = this.failures.getInMemoryBlockMsBeforeExpire(key);
     if (remainingMs <= 0) return;
     const retryAfter = Math.ceil(remainingMs / 1000);
     throw new DomainError(
@@ -52,24 +55,21 @@ export class AuthFailureLimit {
 
   async recordFailure(clientIp: string | undefined): Promise<void> {
     const client = clientOf(clientIp ?? 'unknown');
-    const key = `auth:failures:${client}`;
-    // SET NX PX opens the window at the first failure (INCR keeps the expiry); Redis 6 lacks PEXPIRE NX.
-    const results = await this.failOpen(() =>
-      this.redis.multi().set(key, 0, 'PX', WINDOW_MS, 'NX').incr(key).pttl(key).exec(),
+    // Over the limit (failures counted by other replicas too) is an answer like any other: the block is set.
+    await this.failOpen(() =>
+      this.failures.consume(client).catch((refused: unknown) => {
+        if (refused instanceof RateLimiterRes) return refused;
+        throw refused;
+      }),
     );
-    const failures = Number(results?.[1]?.[1] ?? 0);
-    if (failures < this.config.authFailuresPerMinute) return;
-    const remainingMs = Number(results?.[2]?.[1]);
-    this.refused.set(client, true, { ttl: remainingMs > 0 ? remainingMs : WINDOW_MS });
   }
 
-  /** Runs a Redis command, or logs (once per outage) and answers undefined when Redis does not. */
-  private async failOpen<T>(command: () => Promise<T>): Promise<T | undefined> {
+  /** Runs a Redis command, or logs (once per outage) that Redis does not answer. */
+  private async failOpen(command: () => Promise<unknown>): Promise<void> {
     try {
-      const result = await command();
+      await command();
       if (this.redisDown) this.logger.log('Redis is reachable again: failed authentications are counted again');
       this.redisDown = false;
-      return result;
     } catch (error) {
       if (!this.redisDown) {
         this.logger.warn(
@@ -78,7 +78,6 @@ export class AuthFailureLimit {
         );
       }
       this.redisDown = true;
-      return undefined;
     }
   }
 }

@@ -55,6 +55,10 @@ export interface CreationTicket {
  * Only accepted creations count: a request is checked before its upload is read (a user over budget is
  * refused without reading it) and takes a creation once the upload is valid; if the job is then refused
  * after all (the pending limit, the queue unavailable), the creation is given back.
+ *
+ * Hand-written rather than rate-limiter-flexible (which counts the failed authentications, AuthFailureLimit): its
+ * Redis limiters count a fixed window opened by a key's first point, which gives a burst across the window's end a
+ * second budget, and their `msBeforeNext` is that window's end, not the first second the sliding window leaves room.
  */
 @Injectable()
 export class CreationRateLimit {

@@ -1,29 +1,35 @@
 /** What the service and a local-engine thread (engine-thread.ts) send each other. */
+import type { MessagePort } from 'node:worker_threads';
 import type { RenderedOutputs } from '../engine.js';
 import { type EngineRequest, PermanentEngineError } from '../engine.js';
 
 /**
- * Run one job; the thread answers with progress replies, then one `done` or `failed`. The request's functions and
- * objects with methods stay on the service's side (they cannot be cloned to the thread): the signal is an
- * `abort` message, progress a `progress` reply, and the local engine keeps no remote run to record.
+ * One job for a thread of the pool. The request's functions and objects with methods stay on the service's side
+ * (they cannot be cloned to the thread): the signal and the progress callback become messages on `port`, a channel
+ * of the job's own, and the local engine keeps no remote run to record.
  */
-export interface JobMessage {
-  type: 'job';
+export interface ThreadTask {
   request: Omit<EngineRequest, 'signal' | 'onProgress' | 'runs'>;
+  port: MessagePort;
 }
 
-/** Stop the running job at its next checkpoint, failing with `reason`. */
+/** The service's message on a job's port: stop the job at its next checkpoint (its signal fired). */
 export interface AbortMessage {
   type: 'abort';
-  reason: ErrorDescription;
 }
 
-export type ThreadMessage = JobMessage | AbortMessage;
+/** The thread's message on a job's port: the share of the job done. */
+export interface ProgressMessage {
+  type: 'progress';
+  fraction: number;
+}
 
-export type ThreadReply =
-  | { type: 'progress'; fraction: number }
-  | { type: 'done'; outputs: RenderedOutputs }
-  | { type: 'failed'; error: ErrorDescription };
+/**
+ * A job's outcome: the thread answers rather than throws, so that an error's code crosses too. A job stopped by its
+ * signal fails on the service's side with the signal's own reason.
+ */
+export type ThreadResult =
+  { type: 'done'; outputs: RenderedOutputs } | { type: 'failed'; error: ErrorDescription } | { type: 'stopped' };
 
 /** The progress of a job whose output files are encoded, reported just before they are handed back. */
 export const ENCODED = 0.98;

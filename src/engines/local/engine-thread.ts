@@ -1,52 +1,43 @@
 /**
- * The entry point of a local-engine thread (see ThreadedLocalEngine): runs one job at a time on the
- * LocalEngine, renders its result into the two output files, and answers with those or a description of
- * its error.
+ * The task of a local-engine thread of the pool (see ThreadedLocalEngine): runs one job on the LocalEngine, renders
+ * its result into the two output files, and answers with those or a description of its error.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { renderOutputs } from '../renderer.js';
 import {
   ENCODED,
-  type JobMessage,
-  type ThreadMessage,
-  type ThreadReply,
+  type ProgressMessage,
+  type ThreadResult,
+  type ThreadTask,
   asBuffer,
   describeError,
-  errorFrom,
 } from './engine-thread.protocol.js';
 import { LocalEngine } from './local.engine.js';
 import { personModels } from './person-model.js';
 
-const port = parentPort!;
 const { limitInputPixels } = workerData as { limitInputPixels: number };
 const engine = new LocalEngine({ limitInputPixels });
 // Loaded as the thread starts, not by its first try-on; a failure to load is that try-on's error.
 personModels().catch(() => undefined);
-let running: AbortController | undefined;
 
-port.on('message', (message: ThreadMessage) => {
-  if (message.type === 'abort') {
-    running?.abort(errorFrom(message.reason));
-    return;
-  }
-  void run(message);
-});
-
-async function run({ request }: JobMessage): Promise<void> {
-  running = new AbortController();
-  let reply: ThreadReply;
+export default async function runJob({ request, port }: ThreadTask): Promise<ThreadResult> {
+  const running = new AbortController();
+  const abort = () => running.abort();
+  // An abort sent while the job waited for a thread is on the port already: the job does not start.
+  if (receiveMessageOnPort(port)) abort();
+  port.on('message', abort);
   try {
     const images = Object.fromEntries(Object.entries(request.images).map(([name, bytes]) => [name, asBuffer(bytes)]));
-    const onProgress = (fraction: number) => port.postMessage({ type: 'progress', fraction } satisfies ThreadReply);
+    const onProgress = (fraction: number) => port.postMessage({ type: 'progress', fraction } satisfies ProgressMessage);
     const image = await engine.generate({ ...request, images, signal: running.signal, onProgress });
     // Encoded here, the raw pixels (megabytes a job) never reach the service's thread, whose large heap
     // each such allocation would push towards a full garbage collection; only the files cross, copied.
-    reply = { type: 'done', outputs: await renderOutputs(image, limitInputPixels) };
+    const outputs = await renderOutputs(image, limitInputPixels);
     onProgress(ENCODED);
+    return { type: 'done', outputs };
   } catch (error) {
-    reply = { type: 'failed', error: describeError(error) };
+    return running.signal.aborted ? { type: 'stopped' } : { type: 'failed', error: describeError(error) };
   } finally {
-    running = undefined;
+    port.close();
   }
-  port.postMessage(reply);
 }

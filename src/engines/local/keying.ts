@@ -401,6 +401,10 @@ function keepComponents(mask: Uint8Array, width: number, height: number, ratio =
  * on a copy whose rows are padded to a multiple of 4 bytes (so 4 pixels are OR-ed at a time) and which starts
  * with `radius` empty rows, output row y is the OR of copy rows y .. y + 2 * radius, built with doubling window
  * lengths (1, 2, 4, ...): about log2(2 * radius + 1) passes over the mask whatever the radius.
+ *
+ * Hand-written rather than sharp's `erode`/`dilate`, which give the very same masks: libvips tests all of a
+ * (2 * radius + 1)-square around every pixel, so the closing's radius (1% of the image's long side) made keying,
+ * on every job's path, far more costly in CPU.
  */
 function dilate(mask: Uint8Array, width: number, height: number, radius: number): Uint8Array {
   const stride = (width + 3) & ~3;
@@ -451,7 +455,7 @@ function orRowsBelow(dst: Uint32Array, src: Uint32Array, offset: number): void {
  * counts as background (the mask is closed inside an empty margin): otherwise the background between an object
  * standing on an edge and that edge would be filled in.
  */
-export function close(mask: Uint8Array, width: number, height: number, radius: number): Uint8Array {
+function close(mask: Uint8Array, width: number, height: number, radius: number): Uint8Array {
   const margin = 2 * radius;
   const paddedWidth = width + 2 * margin;
   const paddedHeight = height + 2 * margin;

@@ -1,11 +1,12 @@
-import { Worker } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, receiveMessageOnPort } from 'node:worker_threads';
+import { Piscina } from 'piscina';
 import type { Engine, EngineImage, EngineRequest } from '../engine.js';
 import {
-  type JobMessage,
-  type ThreadMessage,
-  type ThreadReply,
+  type AbortMessage,
+  type ProgressMessage,
+  type ThreadResult,
+  type ThreadTask,
   asBuffer,
-  describeError,
   errorFrom,
 } from './engine-thread.protocol.js';
 import { checkAborted } from './raw-image.js';
@@ -17,124 +18,74 @@ import { checkAborted } from './raw-image.js';
  * time, and every job's buffers would be garbage-collected in the service's large heap. A thread has a small
  * heap of its own and runs its job beside the others.
  *
- * Threads start on first use. One that dies fails its job with a retryable error and is replaced.
+ * Threads start on first use and stay. One that dies fails its job (a plain error: retried) and another starts for
+ * the next job. A cancelled job is stopped by the thread itself at its next checkpoint (piscina's own abort would
+ * end the thread, and with it the person models it loaded).
  */
 export class ThreadedLocalEngine implements Engine {
-  private readonly all = new Set<EngineThread>();
-  private readonly idle: EngineThread[] = [];
-  private readonly waiting: ((thread: EngineThread) => void)[] = [];
+  private readonly pool: Piscina<ThreadTask, ThreadResult>;
+  private closed = false;
 
-  constructor(
-    private readonly threads: number,
-    private readonly limitInputPixels: number,
-  ) {}
+  constructor(threads: number, limitInputPixels: number) {
+    this.pool = new Piscina({
+      filename: new URL('./engine-thread.js', import.meta.url).href,
+      minThreads: 0,
+      maxThreads: threads,
+      idleTimeout: Infinity,
+      // Waiting for tasks with Atomics.wait would block an idle thread's event loop, where its person models load.
+      atomics: 'disabled',
+      recordTiming: false,
+      workerData: { limitInputPixels },
+    });
+    // An idle thread that dies has no job to fail; the pool starts another when one is needed.
+    this.pool.on('error', () => undefined);
+  }
 
   async generate(request: EngineRequest): Promise<EngineImage> {
     checkAborted(request.signal);
-    const thread = await this.acquire();
+    const { signal, onProgress } = request;
+    // The job's own channel: its abort goes to the thread, its progress comes back.
+    const { port1: port, port2: threadPort } = new MessageChannel();
+    const progress = ({ fraction }: ProgressMessage) => onProgress?.(fraction);
+    port.on('message', progress);
+    const abort = () => port.postMessage({ type: 'abort' } satisfies AbortMessage);
+    signal?.addEventListener('abort', abort, { once: true });
+    let result: ThreadResult;
     try {
-      return await thread.run(request);
+      const task: ThreadTask = {
+        request: {
+          jobId: request.jobId,
+          tool: request.tool,
+          generationType: request.generationType,
+          images: request.images,
+          texts: request.texts,
+        },
+        port: threadPort,
+      };
+      result = await this.pool.run(task, { transferList: [threadPort] });
+      // The result came on another channel: progress the thread reported before it may still be waiting here.
+      drain(port, progress);
+    } catch (error) {
+      throw this.closed ? new Error('the engine thread was stopped') : error;
     } finally {
-      this.release(thread);
+      signal?.removeEventListener('abort', abort);
+      port.close();
     }
+    if (result.type === 'stopped') throw signal?.reason;
+    if (result.type === 'failed') throw errorFrom(result.error);
+    const { stock, preview } = result.outputs;
+    return { kind: 'rendered', outputs: { stock: asBuffer(stock), preview: asBuffer(preview) } };
   }
 
   /** Stops every thread; a job still running fails. */
   async close(): Promise<void> {
-    const threads = [...this.all];
-    this.all.clear();
-    this.idle.length = 0;
-    await Promise.all(threads.map((thread) => thread.stop()));
-  }
-
-  private acquire(): Promise<EngineThread> {
-    const thread = this.idle.pop();
-    if (thread) return Promise.resolve(thread);
-    if (this.all.size < this.threads) return Promise.resolve(this.start());
-    return new Promise((resolve) => this.waiting.push(resolve));
-  }
-
-  private release(thread: EngineThread): void {
-    if (!thread.alive) this.all.delete(thread);
-    const next = this.waiting.shift();
-    if (!next) {
-      if (thread.alive) this.idle.push(thread);
-    } else {
-      next(thread.alive ? thread : this.start());
-    }
-  }
-
-  private start(): EngineThread {
-    const thread = new EngineThread(this.limitInputPixels);
-    this.all.add(thread);
-    return thread;
+    this.closed = true;
+    await this.pool.destroy();
   }
 }
 
-/** One worker thread running one job at a time. */
-class EngineThread {
-  alive = true;
-  private readonly worker: Worker;
-  private pending?: {
-    resolve: (image: EngineImage) => void;
-    reject: (error: Error) => void;
-    onProgress?: (fraction: number) => void;
-  };
-
-  constructor(limitInputPixels: number) {
-    this.worker = new Worker(new URL('./engine-thread.js', import.meta.url), { workerData: { limitInputPixels } });
-    this.worker.on('message', (reply: ThreadReply) => {
-      if (reply.type === 'progress') return this.pending?.onProgress?.(reply.fraction);
-      const pending = this.pending;
-      this.pending = undefined;
-      if (reply.type === 'failed') return pending?.reject(errorFrom(reply.error));
-      const { stock, preview } = reply.outputs;
-      pending?.resolve({ kind: 'rendered', outputs: { stock: asBuffer(stock), preview: asBuffer(preview) } });
-    });
-    // An uncaught error in the thread (out of memory, a bug) ends it: its job may succeed on another try.
-    this.worker.on('error', (error) => this.died(error));
-    this.worker.on('exit', (code) => this.died(new Error(`the engine thread stopped (exit code ${code})`)));
-  }
-
-  run(request: EngineRequest): Promise<EngineImage> {
-    const { signal, onProgress } = request;
-    // Only data crosses to the thread: the signal and the progress callback stay here (see JobMessage).
-    const job: JobMessage['request'] = {
-      jobId: request.jobId,
-      tool: request.tool,
-      generationType: request.generationType,
-      images: request.images,
-      texts: request.texts,
-    };
-    return new Promise<EngineImage>((resolve, reject) => {
-      if (!this.alive) return reject(new Error('the engine thread has stopped'));
-      if (signal?.aborted) return reject(signal.reason as Error);
-      const abort = () => this.post({ type: 'abort', reason: describeError(signal?.reason) });
-      signal?.addEventListener('abort', abort, { once: true });
-      const settled = () => signal?.removeEventListener('abort', abort);
-      this.pending = {
-        resolve: (image) => (settled(), resolve(image)),
-        reject: (error) => (settled(), reject(error)),
-        onProgress,
-      };
-      this.post({ type: 'job', request: job });
-    });
-  }
-
-  async stop(): Promise<void> {
-    this.died(new Error('the engine thread was stopped'));
-    await this.worker.terminate();
-  }
-
-  private post(message: ThreadMessage): void {
-    this.worker.postMessage(message);
-  }
-
-  private died(error: Error): void {
-    if (!this.alive) return;
-    this.alive = false;
-    const pending = this.pending;
-    this.pending = undefined;
-    pending?.reject(error);
+function drain(port: MessagePort, handle: (message: ProgressMessage) => void): void {
+  for (let entry = receiveMessageOnPort(port); entry; entry = receiveMessageOnPort(port)) {
+    handle(entry.message as ProgressMessage);
   }
 }
