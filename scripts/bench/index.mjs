@@ -4,7 +4,7 @@
  * `node scripts/bench/index.mjs <name> [<name>...]` to run some (after `npm run build`).
  *
  * Each bench runs the BUILT service (dist/main.js) as child processes on 127.0.0.1, with a database
- * igs_bench_<random> and a Redis prefix of its own that are removed at the end, even on failure.
+ * and a Redis prefix of its own (the tests' harness, test/support) that are removed at the end, even on failure.
  * Figures are printed, never asserted; the summary table is also written to scripts/bench/last-run.md
  * (rows of benches not run this time are kept from the previous run, with their date).
  */

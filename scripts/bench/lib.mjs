@@ -1,34 +1,30 @@
 /**
- * Shared pieces of the benchmark suite: throwaway database + Redis namespace, starting the built service
- * (dist/main.js) and baseline servers as child processes, API keys, multipart bodies, synthetic images, a
- * keep-alive load generator, percentiles, RSS sampling and the results table.
+ * Shared pieces of the benchmark suite. The environment (database, Redis namespace, folders), the built service
+ * (dist/main.js), users and keys come from the tests' harness (test/support, see testSupport), the load from
+ * autocannon; here are what only the benches need: clean-up on interruption, baseline servers, multipart bodies,
+ * synthetic images, CPU and RSS sampling, percentiles of other series and the results table.
  *
  * Everything talks to 127.0.0.1 only. Every loop is bounded in time and in count.
  */
 import { spawn } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { readdir, rm, stat } from 'node:fs/promises';
 import http from 'node:http';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { Redis } from 'ioredis';
-import pg from 'pg';
+import autocannon from 'autocannon';
+import { build } from 'esbuild';
 import sharp from 'sharp';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const DIST = join(ROOT, 'dist');
-const MAIN = join(DIST, 'main.js');
 /** The Node flags of `npm run start:prod` (the heap limit), so the service runs here as it is deployed. */
 const SERVICE_NODE_FLAGS = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
   .scripts['start:prod'].split(/\s+/)
   .filter((arg) => arg.startsWith('--'));
 
-export const ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
-export const REDIS_URL = 'redis://127.0.0.1:6379';
 export const HOST = '127.0.0.1';
 
 /** Imports a module of the built service, e.g. `fromDist('common/api-key.js')`. */
@@ -103,202 +99,138 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Environment: database, Redis namespace, data directory
+// The tests' harness (test/support), bundled from TypeScript at run time
 // ---------------------------------------------------------------------------------------------------------
 
+const SUPPORT = join(DIST, 'bench');
+let support;
+
 /**
- * A database `igs_bench_<random>`, a Redis prefix of the same name and a temporary directory. `dispose()`
- * stops the processes started through it, then removes all three.
+ * The modules of test/support the benches use, bundled with esbuild into dist/bench/ (their packages left external)
+ * and imported. The bundles sit two folders below the root as test/support does, so their paths relative to their
+ * own file (`../../dist/main.js`) hold.
  */
-export async function createBenchEnv(label = 'bench') {
-  const name = `igs_bench_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: ADMIN_URL });
-  await admin.connect();
-  try {
-    await admin.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-  const dataDir = await mkdtemp(join(tmpdir(), `${name}-`));
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${name}`;
-  const databaseUrl = url.toString();
-  const processes = new Set();
-
-  const env = {
-    name,
-    label,
-    databaseUrl,
-    redisPrefix: name,
-    dataDir,
-    inputRoot: join(dataDir, 'inputs'),
-    serviceEnv: {
-      DATABASE_URL: databaseUrl,
-      REDIS_URL,
-      REDIS_PREFIX: name,
-      MEDIA_ROOT: join(dataDir, 'media'),
-      INPUT_ROOT: join(dataDir, 'inputs'),
-      UPLOAD_TMP_DIR: join(dataDir, 'tmp'),
-      LOG_LEVEL: 'warn',
-      HOST,
-    },
-    processes,
-    /** Starts the built service with this environment's settings plus `extra`. */
-    startService: (extra = {}, options = {}) => startService(env, extra, options),
-    /** Starts a plain Node script (a baseline server) as a tracked child process. */
-    startScript: (script, extra = {}, options = {}) => startScript(env, script, extra, options),
-    /** Runs a plain Node script (a baseline that is not a server) to its end; resolves with its output. */
-    runScript: (script, extra = {}, options = {}) => runScript(script, extra, options),
-    dispose: undefined,
-  };
-  env.dispose = onCleanup(async () => {
-    for (const child of [...processes].reverse()) await child.stop().catch(() => {});
-    await deleteRedisNamespace(name);
-    const cleanup = new pg.Client({ connectionString: ADMIN_URL });
-    await cleanup.connect();
-    try {
-      await cleanup.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    } finally {
-      await cleanup.end();
-    }
-    await rm(dataDir, { recursive: true, force: true });
-  });
-  return env;
-}
-
-async function deleteRedisNamespace(prefix) {
-  const redis = new Redis(REDIS_URL);
-  try {
-    let cursor = '0';
-    let rounds = 0;
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      if (keys.length > 0) await redis.del(...keys);
-      cursor = next;
-    } while (cursor !== '0' && ++rounds < 100_000);
-  } finally {
-    redis.disconnect();
-  }
+export function testSupport() {
+  support ??= (async () => {
+    const entries = ['service', 'environment', 'fake-comfyui'];
+    await build({
+      entryPoints: entries.map((name) => join(ROOT, 'test/support', `${name}.ts`)),
+      outdir: SUPPORT,
+      outExtension: { '.js': '.mjs' },
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      packages: 'external',
+      logLevel: 'warning',
+    });
+    const [service, environment, fakeComfy] = await Promise.all(
+      entries.map((name) => import(pathToFileURL(join(SUPPORT, `${name}.mjs`)).href)),
+    );
+    return { ...service, ...environment, ...fakeComfy };
+  })();
+  return support;
 }
 
 export async function freePort() {
-  const server = createServer();
-  server.listen(0, HOST);
-  await once(server, 'listening');
-  const { port } = server.address();
-  server.close();
-  await once(server, 'close');
-  return port;
+  return (await testSupport()).freePort();
+}
+
+/**
+ * The tests' environment (a database, a Redis prefix, folders) with the processes started through it: `dispose()`
+ * stops those, then removes the rest, also when the run fails or is interrupted.
+ */
+export async function createBenchEnv() {
+  const test = await (await testSupport()).createTestEnvironment();
+  const processes = new Set();
+  const env = {
+    ...test,
+    inputRoot: test.serviceEnv.INPUT_ROOT,
+    processes,
+    /** Starts the built service with this environment's settings plus `extra`. */
+    startService: (extra = {}) => startService(env, extra),
+    /** Starts a plain Node script (a baseline server) as a tracked child process. */
+    startScript: (script, extra = {}) => startScript(env, script, extra),
+    /** Runs a plain Node script (a baseline that is not a server) to its end; resolves with its output. */
+    runScript,
+  };
+  env.dispose = onCleanup(async () => {
+    for (const child of [...processes].reverse()) await child.stop().catch(() => {});
+    await test.dispose();
+  });
+  return env;
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Child processes: the service and baseline servers
 // ---------------------------------------------------------------------------------------------------------
 
-function spawnTracked(env, args, childEnv, { name, readyPath, timeoutMs = 60_000, port }) {
-  if (signalled) throw new Error('interrupted: not starting anything more');
-  const child = spawn(process.execPath, args, {
-    env: { PATH: process.env.PATH, ...childEnv, PORT: String(port) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    cwd: ROOT,
-  });
+/**
+ * A started child process as the benches use it; `stop()` sends SIGTERM, then SIGKILL after `graceMs`, and
+ * resolves with the exit code.
+ */
+function track(env, { baseUrl, process: child, output }) {
   children.add(child);
   child.once('exit', () => children.delete(child));
-  let output = '';
-  const keep = (chunk) => {
-    output += chunk.toString();
-    if (output.length > 200_000) output = output.slice(-100_000);
-  };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal)));
+  const exited = child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : once(child, 'exit');
   const handle = {
-    name,
-    child,
+    baseUrl,
+    process: child,
     pid: child.pid,
-    port,
-    baseUrl: `http://${HOST}:${port}`,
-    output: () => output,
-    exited,
-    async stop(signal = 'SIGTERM', graceMs = 15_000) {
+    output,
+    async stop(graceMs = 15_000) {
       if (child.exitCode === null && child.signalCode === null) {
-        child.kill(signal);
+        child.kill('SIGTERM');
         const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
         await exited;
         clearTimeout(timer);
       }
       env.processes.delete(handle);
-      return exited;
+      return child.exitCode ?? child.signalCode;
     },
   };
   env.processes.add(handle);
-  handle.ready = (async () => {
-    const started = performance.now();
-    const deadline = Date.now() + timeoutMs;
-    while (Date.now() < deadline) {
-      if (child.exitCode !== null || child.signalCode !== null) {
-        throw new Error(`${name} exited (${child.exitCode ?? child.signalCode}) while starting:\n${output}`);
-      }
-      try {
-        const { status } = await request(undefined, { url: `${handle.baseUrl}${readyPath}`, timeoutMs: 2000 });
-        if (status === 200) {
-          handle.bootMs = performance.now() - started;
-          return handle;
-        }
-      } catch {
-        // not listening yet
-      }
-      await sleep(50);
-    }
-    await handle.stop('SIGKILL');
-    throw new Error(`${name} was not ready within ${timeoutMs} ms:\n${output}`);
-  })();
-  // Whoever awaits `ready` still sees a failure; an unawaited one must not end the run before clean-up.
-  handle.ready.catch(() => {});
   return handle;
 }
 
 /**
- * Runs `node dist/main.js` (the built service) with the flags of `npm run start:prod`, the environment's settings
- * plus `extra` (ROLE, limits...), and waits for /health/ready. `options.nodeArgs` go before the script (e.g.
- * --cpu-prof).
+ * Runs the built service through the tests' `startService`, with the environment's settings plus `extra` (ROLE,
+ * limits...) and the Node flags of `npm run start:prod` (plus BENCH_SERVICE_NODE_ARGS), as it is deployed.
  */
-export async function startService(env, extra = {}, { nodeArgs = [], wait = true, timeoutMs } = {}) {
-  const port = await freePort();
+export async function startService(env, extra = {}) {
+  if (signalled) throw new Error('interrupted: not starting anything more');
   const nodeArgsFromEnv = process.env.BENCH_SERVICE_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
   // API processes run with the thread pool docker/compose.yml gives them (docs/operations.md, "Scale").
   const roleEnv = extra.ROLE === 'api' ? { UV_THREADPOOL_SIZE: '2' } : {};
-  const handle = spawnTracked(
-    env,
-    [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv, ...nodeArgs, MAIN],
-    { ...env.serviceEnv, ...roleEnv, ...extra },
-    {
-      name: `service(${extra.ROLE ?? 'all'})`,
-      readyPath: '/health/ready',
-      timeoutMs,
-      port,
-    },
-  );
-  if (wait) await handle.ready;
-  return handle;
+  const service = await (
+    await testSupport()
+  ).startService({ ...env.serviceEnv, ...roleEnv, ...extra }, 60_000, [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv]);
+  return track(env, service);
 }
 
 /** Runs a bench-owned script (e.g. a baseline server) and waits for its GET /ready. */
-export async function startScript(env, script, extra = {}, { nodeArgs = [], timeoutMs } = {}) {
+export async function startScript(env, script, extra = {}, timeoutMs = 60_000) {
+  if (signalled) throw new Error('interrupted: not starting anything more');
   const port = await freePort();
-  const handle = spawnTracked(
-    env,
-    [...nodeArgs, script],
-    { HOST, ...extra },
-    {
-      name: script.split('/').pop(),
-      readyPath: '/ready',
-      timeoutMs,
-      port,
-    },
-  );
-  await handle.ready;
-  return handle;
+  const child = spawn(process.execPath, [script], {
+    env: { PATH: process.env.PATH, HOST, ...extra, PORT: String(port) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: ROOT,
+  });
+  let output = '';
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
+  const handle = track(env, { baseUrl: `http://${HOST}:${port}`, process: child, output: () => output });
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`${script} exited (${child.exitCode ?? child.signalCode}) while starting:\n${output}`);
+    }
+    const { status } = await request(undefined, { url: `${handle.baseUrl}/ready`, timeoutMs: 2000 }).catch(() => ({}));
+    if (status === 200) return handle;
+    await sleep(50);
+  }
+  await handle.stop(0);
+  throw new Error(`${script} was not ready within ${timeoutMs} ms:\n${output}`);
 }
 
 /**
@@ -328,28 +260,10 @@ export function runScript(script, extra = {}, { timeoutMs = 300_000 } = {}) {
   });
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Users and API keys (written straight to the database, after the service has migrated it)
-// ---------------------------------------------------------------------------------------------------------
-
-export async function createUserWithKey(databaseUrl, name = `bench-${randomUUID()}`) {
-  const { generateApiKey, hashApiKey, lookupPrefix } = await fromDist('common/api-key.js');
-  const client = new pg.Client({ connectionString: databaseUrl });
-  await client.connect();
-  try {
-    const userId = randomUUID();
-    await client.query('INSERT INTO users (id, name) VALUES ($1, $2)', [userId, name]);
-    const key = generateApiKey();
-    await client.query('INSERT INTO api_keys (id, user_id, prefix, key_hash) VALUES ($1, $2, $3, $4)', [
-      randomUUID(),
-      userId,
-      lookupPrefix(key),
-      hashApiKey(key),
-    ]);
-    return { userId, key, authorization: `Bearer ${key}` };
-  } finally {
-    await client.end();
-  }
+/** A user with a fresh key (the tests' `createUserWithKey`), and its `Authorization` header. */
+export async function createUserWithKey(databaseUrl, name) {
+  const key = await (await testSupport()).createUserWithKey(databaseUrl, name);
+  return { key, authorization: `Bearer ${key}` };
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -508,54 +422,45 @@ export async function requestJson(agent, options) {
 }
 
 /**
- * Closed-loop load: `concurrency` virtual clients, each sending its next request as soon as the previous
- * answer is read, until `durationMs` has passed or `maxRequests` were sent. `make(i)` returns the i-th
- * request's options ({ url, method, headers, body }).
+ * Closed-loop load from autocannon: `concurrency` keep-alive connections, each sending its next request as soon as
+ * the previous answer is read, for `durationMs`. `target`: `{ url, method, headers, body }`, or `{ url, requests }`
+ * (`url` the origin, `requests` a list of `{ method, path, headers, body }` each connection sends in turn).
  *
- * Returns { ok, failed, statuses, errors, seconds, rps (2xx answers a second), latencies (ms, 2xx), p50, p99 }.
+ * Returns { sent, ok, failed, statuses, errors, seconds, rps (2xx answers a second), p50, p99 (ms, 2xx) }.
  */
-export async function runLoad({ make, concurrency, durationMs, maxRequests = 1_000_000, timeoutMs = 30_000, agent }) {
-  const ownAgent = !agent;
-  agent ??= keepAliveAgent(concurrency);
-  const statuses = {};
-  const errors = {};
+export async function runLoad({ concurrency, durationMs, timeoutMs = 30_000, ...target }) {
+  assertLoopback(new URL(target.url));
   const latencies = [];
-  let sent = 0;
-  let ok = 0;
-  let failed = 0;
-  const started = performance.now();
-  const end = started + durationMs;
-  const client = async () => {
-    while (performance.now() < end && sent < maxRequests) {
-      const options = make(sent++);
-      try {
-        const { status, ms } = await request(agent, { timeoutMs, ...options });
-        statuses[status] = (statuses[status] ?? 0) + 1;
-        if (status >= 200 && status < 300) {
-          ok++;
-          latencies.push(ms);
-        } else failed++;
-      } catch (error) {
-        failed++;
-        const message = String(error?.code ?? error?.message ?? error);
-        errors[message] = (errors[message] ?? 0) + 1;
-        await sleep(10); // a refused connection must not spin
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: concurrency }, client));
-  const seconds = (performance.now() - started) / 1000;
-  if (ownAgent) agent.destroy();
+  const errors = {};
+  const instance = autocannon({
+    ...target,
+    connections: concurrency,
+    duration: durationMs / 1000,
+    timeout: timeoutMs / 1000,
+    // autocannon stops at the first sample after the duration: short samples keep the window close to it.
+    sampleInt: 100,
+  });
+  // autocannon's own latency histogram keeps whole milliseconds, too coarse for answers that take one or two: the
+  // 2xx answers' times are taken from its response events instead, to the microsecond.
+  instance.on('response', (_client, status, _bytes, ms) => {
+    if (status >= 200 && status < 300) latencies.push(ms);
+  });
+  instance.on('reqError', (error) => {
+    const message = String(error?.code ?? error?.message ?? error);
+    errors[message] = (errors[message] ?? 0) + 1;
+  });
+  const result = await instance;
   latencies.sort((a, b) => a - b);
+  const ok = result['2xx'];
+  const failed = result.non2xx + result.errors;
   return {
-    sent,
+    sent: ok + failed,
     ok,
     failed,
-    statuses,
+    statuses: Object.fromEntries(Object.entries(result.statusCodeStats).map(([status, { count }]) => [status, count])),
     errors,
-    seconds,
-    rps: ok / seconds,
-    latencies,
+    seconds: result.duration,
+    rps: ok / result.duration,
     p50: percentile(latencies, 50),
     p99: percentile(latencies, 99),
   };
@@ -563,17 +468,17 @@ export async function runLoad({ make, concurrency, durationMs, maxRequests = 1_0
 
 /**
  * Closed-loop load on several servers in turn, `rounds` times (A, B, A, B...), after one warm-up each, with
- * every round and the best rounds' CPU per request printed. `sides`: name -> { make, pid }. Other work on the
- * machine only ever slows a round down, so a side's best round (most req/s) is the closest to its real cost.
- * Returns name -> the best round's result: runLoad's plus `cpuMsPerRequest` (the server process's CPU over
- * the round per 2xx answer; PostgreSQL and Redis not included).
+ * every round and the best rounds' CPU per request printed. `sides`: name -> { target, pid } (`target` as for
+ * runLoad). Other work on the machine only ever slows a round down, so a side's best round (most req/s) is the
+ * closest to its real cost. Returns name -> the best round's result: runLoad's plus `cpuMsPerRequest` (the server
+ * process's CPU over the round per 2xx answer; PostgreSQL and Redis not included).
  */
 export async function alternateLoads(sides, { rounds = 2, concurrency, durationMs, warmupMs }) {
   const results = Object.fromEntries(Object.keys(sides).map((name) => [name, []]));
-  for (const { make } of Object.values(sides)) await runLoad({ make, concurrency, durationMs: warmupMs });
+  for (const { target } of Object.values(sides)) await runLoad({ ...target, concurrency, durationMs: warmupMs });
   for (let round = 0; round < rounds; round++) {
-    for (const [name, { make, pid }] of Object.entries(sides)) {
-      const [result, cpu] = await withCpu(pid, () => runLoad({ make, concurrency, durationMs }));
+    for (const [name, { target, pid }] of Object.entries(sides)) {
+      const [result, cpu] = await withCpu(pid, () => runLoad({ ...target, concurrency, durationMs }));
       log(`  ${describeLoad(name.padEnd(8), result)}`);
       results[name].push({ ...result, cpuMsPerRequest: cpu / result.ok });
     }
@@ -586,7 +491,10 @@ export async function alternateLoads(sides, { rounds = 2, concurrency, durationM
   return best;
 }
 
-/** Nearest-rank percentile of an ascending array (NaN when empty). */
+/**
+ * Nearest-rank percentile of an ascending array (NaN when empty), for the series autocannon does not time (jobs
+ * followed to the end, events, sequential requests) and for its answers' times (see runLoad).
+ */
 export function percentile(sorted, p) {
   if (sorted.length === 0) return Number.NaN;
   const rank = Math.ceil((p / 100) * sorted.length);

@@ -62,7 +62,7 @@ export const description =
 export async function run() {
   const image = await makePhoto('person', SIDE, SIDE);
   const form = multipartBody({ tool: 'default', image: { data: image, filename: 'image.jpg' } });
-  const env = await createBenchEnv('load');
+  const env = await createBenchEnv();
   const db = new pg.Client({ connectionString: env.databaseUrl });
   const pollAgent = keepAliveAgentWithIdleTimeout(POLLERS);
   const submitAgent = keepAliveAgentWithIdleTimeout(SUBMITTERS);

@@ -28,9 +28,14 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-export async function startService(env: Record<string, string>, timeoutMs = 30_000): Promise<RunningService> {
+/** `nodeArgs` go before the script, e.g. the heap limit of `npm run start:prod` or `--cpu-prof` (the benches). */
+export async function startService(
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+  nodeArgs: readonly string[] = [],
+): Promise<RunningService> {
   const port = env.PORT ? Number(env.PORT) : await freePort();
-  const child = spawn(process.execPath, [MAIN], {
+  const child = spawn(process.execPath, [...nodeArgs, MAIN], {
     env: { PATH: process.env.PATH, HOST: '127.0.0.1', ...env, PORT: String(port) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

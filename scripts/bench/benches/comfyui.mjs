@@ -1,6 +1,6 @@
 /**
- * comfyui: the comfyui engine kind against the fake ComfyUI server (test/support/fake-comfyui.ts, bundled here with
- * esbuild), the service built and spawned as everywhere else.
+ * comfyui: the comfyui engine kind against the fake ComfyUI server (test/support/fake-comfyui.ts, through
+ * testSupport), the service built and spawned as everywhere else.
  *
  * 1. Progress latency: from the fake's websocket `progress` message to the client's event stream carrying the item's
  *    new progress. The fake's sampler takes a second a step: below the service's limit of two a second per job, so
@@ -12,7 +12,6 @@
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { TextDecoderStream } from 'node:stream/web';
-import { build } from 'esbuild';
 import {
   createBenchEnv,
   createUserWithKey,
@@ -26,6 +25,7 @@ import {
   ROOT,
   sleep,
   summarize,
+  testSupport,
 } from '../lib.mjs';
 
 const PROGRESS_JOBS = 3;
@@ -40,8 +40,8 @@ export const description =
   'comfyui kind vs a fake ComfyUI: websocket progress to the client stream (p50), and jobs/s through 4 slots of 100 ms over the capacity';
 
 export async function run() {
-  const { startFakeComfy } = await loadFake();
-  const env = await createBenchEnv('comfyui');
+  const { startFakeComfy } = await testSupport();
+  const env = await createBenchEnv();
   const agent = keepAliveAgent(64);
   const fake = await startFakeComfy({ steps: PROGRESS_STEPS, stepMs: PROGRESS_STEP_MS, nodeMs: 1, slots: SLOTS });
   try {
@@ -159,21 +159,6 @@ routes:
     output: { node: "8" }
     seed: { node: "6", input: seed }
 `;
-}
-
-/** The fake is TypeScript (the tests' own): bundled under dist/ with its packages left external, then imported. */
-async function loadFake() {
-  const outfile = join(ROOT, 'dist', 'bench', 'fake-comfyui.mjs');
-  await build({
-    entryPoints: [join(ROOT, 'test/support/fake-comfyui.ts')],
-    outfile,
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    packages: 'external',
-    logLevel: 'warning',
-  });
-  return import(outfile);
 }
 
 /** performance.now() of each event of the item's stream carrying a progress below 1, until the item is final. */

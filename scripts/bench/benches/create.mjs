@@ -43,7 +43,7 @@ export async function run() {
     `  load: ${CONCURRENCY} keep-alive connections, ${WARMUP_MS / 1000} s warm-up + ${DURATION_MS / 1000} s measured, each`,
   );
 
-  const env = await createBenchEnv('create');
+  const env = await createBenchEnv();
   let stopSweeping;
   try {
     // --- the service
@@ -53,13 +53,17 @@ export async function run() {
       LIMIT_CREATIONS_PER_MINUTE: '1000000',
     });
     const { authorization } = await createUserWithKey(env.databaseUrl);
-    const make = (base, headers) => () => ({
-      url: `${base}${PATH}`,
+    const post = (headers) => ({
       method: 'POST',
+      path: PATH,
       headers: { ...headers, 'Content-Type': form.contentType },
       body: form.body,
     });
-    const probe = await request(undefined, make(service.baseUrl, { Authorization: authorization })());
+    const target = (base, headers) => ({ url: base, requests: [post(headers)] });
+    const probe = await request(undefined, {
+      ...post({ Authorization: authorization }),
+      url: `${service.baseUrl}${PATH}`,
+    });
     if (probe.status !== 202) throw new Error(`the service refused the job: ${probe.status} ${probe.body}`);
     // No worker runs here; in service, a worker deletes a job's inputs once done, seconds after creation.
     // Without that, this API-only run would pile up gigabytes of inputs for the disk to write back.
@@ -69,9 +73,9 @@ export async function run() {
     // pending-limit lock apart from the per-request cost.
     const keys = [];
     for (let i = 0; i < CONCURRENCY; i++) keys.push((await createUserWithKey(env.databaseUrl)).authorization);
-    const manyMakers = keys.map((key) => make(service.baseUrl, { Authorization: key }));
     const manyUsers = await runLoad({
-      make: (i) => manyMakers[i % keys.length](),
+      url: service.baseUrl,
+      requests: keys.map((key) => post({ Authorization: key })),
       concurrency: CONCURRENCY,
       durationMs: SPREAD_MS,
     });
@@ -80,13 +84,12 @@ export async function run() {
     const baseline = await env.startScript(new URL('../baselines/upload-server.mjs', import.meta.url).pathname, {
       TMP_DIR: join(env.dataDir, 'baseline-tmp'),
     });
-    const baselineMake = make(baseline.baseUrl, {});
-    const probe2 = await request(undefined, baselineMake());
+    const probe2 = await request(undefined, { ...post({}), url: `${baseline.baseUrl}${PATH}` });
     if (probe2.status !== 202) throw new Error(`the baseline refused the job: ${probe2.status} ${probe2.body}`);
     const { service: serviceResult, baseline: baselineResult } = await alternateLoads(
       {
-        service: { make: make(service.baseUrl, { Authorization: authorization }), pid: service.pid },
-        baseline: { make: baselineMake, pid: baseline.pid },
+        service: { target: target(service.baseUrl, { Authorization: authorization }), pid: service.pid },
+        baseline: { target: target(baseline.baseUrl, {}), pid: baseline.pid },
       },
       { rounds: ROUNDS, concurrency: CONCURRENCY, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
     );

@@ -24,7 +24,7 @@ export const description = `job creations/s and errors on the embedded default d
 export async function run() {
   const clothes = await makePhoto('clothes', 512, 512);
   const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
-  const env = await createBenchEnv('embedded');
+  const env = await createBenchEnv();
   try {
     const port = await freePort();
     const service = await env.startService({
@@ -36,14 +36,14 @@ export async function run() {
     });
     // The embedded database speaks the wire protocol on its port: the key is written there like any other.
     const { authorization } = await createUserWithKey(`postgres://postgres@127.0.0.1:${port}/postgres`);
-    const make = () => ({
+    const target = {
       url: `${service.baseUrl}/generation/generate_image_v2/`,
       method: 'POST',
       headers: { Authorization: authorization, 'Content-Type': form.contentType },
       body: form.body,
-    });
-    await runLoad({ make, concurrency: CONCURRENCY, durationMs: 2_000 });
-    const result = await runLoad({ make, concurrency: CONCURRENCY, durationMs: DURATION_MS });
+    };
+    await runLoad({ ...target, concurrency: CONCURRENCY, durationMs: 2_000 });
+    const result = await runLoad({ ...target, concurrency: CONCURRENCY, durationMs: DURATION_MS });
     log(`  ${describeLoad('embedded', result)}`);
     record(
       'embedded',

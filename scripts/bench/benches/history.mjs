@@ -48,14 +48,17 @@ const TYPES = [
 export const description = `history list (page 1 / page 1000, filters) and item GET on ${(USERS * ROWS_PER_USER).toLocaleString('en')} rows, ROLE=api`;
 
 export async function run() {
-  const env = await createBenchEnv('history');
+  const env = await createBenchEnv();
   const db = new pg.Client({ connectionString: env.databaseUrl });
   const agent = keepAliveAgent(GET_CONNECTIONS);
   try {
     // The service migrates the fresh database; the seed goes in afterwards.
     const service = await env.startService({ ROLE: 'api' });
     await db.connect();
-    const { userId, authorization } = await createUserWithKey(env.databaseUrl, 'bench-history-00');
+    const { authorization } = await createUserWithKey(env.databaseUrl, 'bench-history-00');
+    const {
+      rows: [{ id: userId }],
+    } = await db.query(`SELECT id FROM users WHERE name = 'bench-history-00'`);
     await seed(db);
 
     // --- 1. list pages
@@ -114,16 +117,14 @@ export async function run() {
     });
     const check = await request(undefined, { url: `${baseline.baseUrl}/user/generation-history/${ids[0]}` });
     if (check.status !== 200) throw new Error(`baseline GET: ${check.status} ${check.body}`);
-    const item =
-      (server, headers = {}) =>
-      (i) => ({
-        url: `${server.baseUrl}/user/generation-history/${ids[i % ids.length]}`,
-        headers,
-      });
+    const item = (server, headers = {}) => ({
+      url: server.baseUrl,
+      requests: ids.map((id) => ({ path: `/user/generation-history/${id}`, headers })),
+    });
     const { service: serviceResult, baseline: baselineResult } = await alternateLoads(
       {
-        service: { make: item(service, { Authorization: authorization }), pid: service.pid },
-        baseline: { make: item(baseline), pid: baseline.pid },
+        service: { target: item(service, { Authorization: authorization }), pid: service.pid },
+        baseline: { target: item(baseline), pid: baseline.pid },
       },
       { rounds: GET_ROUNDS, concurrency: GET_CONNECTIONS, durationMs: GET_DURATION_MS, warmupMs: GET_WARMUP_MS },
     );

@@ -40,7 +40,7 @@ export async function run() {
     `  in-process LocalEngine.generate + renderOutputs for the same input: p50 ${fmtMs(engineMs.p50)} (min ${fmtMs(engineMs.min)})`,
   );
 
-  const env = await createBenchEnv('latency');
+  const env = await createBenchEnv();
   const agent = keepAliveAgent(64);
   try {
     // The limits are raised so that no job is refused; the worker keeps its default concurrency.

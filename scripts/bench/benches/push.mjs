@@ -40,7 +40,7 @@ export const description =
   'completion-to-client latency (event stream, Prefer: wait, 2/4/8 s polling; API and worker apart) and 2,000 idle event streams on one API process';
 
 export async function run() {
-  const env = await createBenchEnv('push');
+  const env = await createBenchEnv();
   const agent = keepAliveAgent(64);
   try {
     // The receiver is on loopback and speaks plain http: the development allowances.
@@ -53,7 +53,7 @@ export async function run() {
     };
     const api = await env.startService({ ROLE: 'api', ...limits });
     await env.startService({ ROLE: 'worker', ...limits });
-    const { authorization, userId } = await createUserWithKey(env.databaseUrl);
+    const { authorization } = await createUserWithKey(env.databaseUrl, 'bench-push');
     const receiver = await startReceiver();
     const clothes = await makePhoto('clothes', 512, 512);
     const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
@@ -132,7 +132,7 @@ export async function run() {
         targets[name],
       );
     }
-    await webhookThroughput(env, userId, receiver);
+    await webhookThroughput(env, receiver);
     await api.stop();
     await receiver.close();
 
@@ -184,13 +184,13 @@ async function idleStreams(env) {
     body: form.body,
   });
   const id = post.json.history_item_id;
-  const make = () => ({
+  const target = {
     url: `${api.baseUrl}/user/generation-history/${id}`,
     headers: { Authorization: authorization },
-  });
+  };
 
   const before = await alternateLoads(
-    { without: { make, pid: api.pid } },
+    { without: { target, pid: api.pid } },
     { rounds: 2, concurrency: GET_CONNECTIONS, durationMs: GET_DURATION_MS, warmupMs: 2000 },
   );
   await sleep(1000);
@@ -202,7 +202,7 @@ async function idleStreams(env) {
   await sleep(3000);
   const rssWith = rssKb(api.pid);
   const after = await alternateLoads(
-    { with: { make, pid: api.pid } },
+    { with: { target, pid: api.pid } },
     { rounds: 2, concurrency: GET_CONNECTIONS, durationMs: GET_DURATION_MS, warmupMs: 1000 },
   );
   const open = streams.filter((stream) => !stream.closed()).length;
@@ -280,7 +280,7 @@ async function startReceiver() {
  * Deliveries a second one worker sustains: messages of ended items put in the outbox (the items' rows) at once, queued
  * by the worker's reconciler and delivered to the loopback receiver; from the first arrival to the last.
  */
-async function webhookThroughput(env, userId, receiver) {
+async function webhookThroughput(env, receiver) {
   const count = 1000;
   const db = new pg.Client({ connectionString: env.databaseUrl });
   await db.connect();
@@ -288,9 +288,9 @@ async function webhookThroughput(env, userId, receiver) {
   try {
     await db.query(
       `INSERT INTO history_items (id, user_id, tool, generation_type, status, inputs, completed_at, webhook_url, webhook_state)
-       SELECT id, $2, 'fashion_card', 'product_card', 'complete', '{}', now() - interval '1 minute', $3, 'pending'
-         FROM unnest($1::uuid[]) AS id`,
-      [ids, userId, receiver.url],
+       SELECT item.id, users.id, 'fashion_card', 'product_card', 'complete', '{}', now() - interval '1 minute', $2, 'pending'
+         FROM unnest($1::uuid[]) AS item (id), users WHERE users.name = 'bench-push'`,
+      [ids, receiver.url],
     );
   } finally {
     await db.end();

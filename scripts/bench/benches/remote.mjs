@@ -44,7 +44,7 @@ export const description =
   'remote engine: jobs/s through the service against a stand-in GPU (Cog protocol, 100 ms, 4 at once) at 1024 px, and the service’s own time per remote job with its parts';
 
 export async function run() {
-  const env = await createBenchEnv('remote');
+  const env = await createBenchEnv();
   const agent = keepAliveAgent(64);
   const model = await env.startScript(join(ROOT, 'scripts/bench/baselines/model-server.mjs'), {
     MODEL_MS: String(MODEL_MS),

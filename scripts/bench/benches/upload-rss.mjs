@@ -43,7 +43,7 @@ export async function run() {
       `${(clothes.jpeg.length / 1e6).toFixed(2)} MB + ${(person.jpeg.length / 1e6).toFixed(2)} MB = ${(form.bytes / 1e6).toFixed(2)} MB a request`,
   );
 
-  const env = await createBenchEnv('upload-rss');
+  const env = await createBenchEnv();
   try {
     const service = await env.startService({
       ROLE: 'api',
@@ -51,13 +51,13 @@ export async function run() {
       LIMIT_CREATIONS_PER_MINUTE: '1000000',
     });
     const { authorization } = await createUserWithKey(env.databaseUrl);
-    const make = () => ({
+    const target = {
       url: `${service.baseUrl}/generation/generate_image_v2/`,
       method: 'POST',
       headers: { Authorization: authorization, 'Content-Type': form.contentType },
       body: form.body,
-    });
-    const probe = await request(undefined, make());
+    };
+    const probe = await request(undefined, target);
     if (probe.status !== 202) throw new Error(`the service refused the upload: ${probe.status} ${probe.body}`);
     await sleep(1000);
     const idleKb = rssKb(service.pid);
@@ -65,7 +65,7 @@ export async function run() {
     const stopSweeping = sweepInputs(env.inputRoot);
     const sampler = sampleRss(service.pid, 100);
     const loadStarted = performance.now();
-    const result = await runLoad({ make, concurrency: CLIENTS, durationMs: DURATION_MS, timeoutMs: 60_000 });
+    const result = await runLoad({ ...target, concurrency: CLIENTS, durationMs: DURATION_MS, timeoutMs: 60_000 });
     const loadMs = performance.now() - loadStarted;
     await sleep(2000);
     const samples = sampler.stop();

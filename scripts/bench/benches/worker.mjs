@@ -21,7 +21,6 @@ import {
   makePhoto,
   multipartBody,
   record,
-  REDIS_URL,
   request,
   sleep,
 } from '../lib.mjs';
@@ -43,8 +42,8 @@ export async function run() {
     person: { data: person, filename: 'person.jpg' },
   });
 
-  const env = await createBenchEnv('worker');
-  const redis = new Redis(REDIS_URL);
+  const env = await createBenchEnv();
+  const redis = new Redis(env.redisUrl);
   const db = new pg.Client({ connectionString: env.databaseUrl });
   try {
     const baselines = [];
@@ -134,7 +133,13 @@ export async function run() {
  */
 async function timeWorker(env, redis, db, before) {
   const spawned = performance.now();
-  const worker = await env.startService({ ROLE: 'worker', WORKER_CONCURRENCY: String(CONCURRENCY) }, { wait: false });
+  // Watched from the spawn on, not from its readiness: the worker takes jobs as soon as it is connected.
+  let worker;
+  let startFailure;
+  const starting = env.startService({ ROLE: 'worker', WORKER_CONCURRENCY: String(CONCURRENCY) }).then(
+    (service) => (worker = service),
+    (error) => (startFailure = error),
+  );
   const activeKey = `${env.redisPrefix}:bull:generation:active`;
   let firstActive;
   let warm;
@@ -144,7 +149,8 @@ async function timeWorker(env, redis, db, before) {
   let finished = 0;
   const deadline = Date.now() + TIMEOUT_MS;
   while (Date.now() < deadline) {
-    if (worker.child.exitCode !== null) throw new Error(`worker exited:\n${worker.output()}`);
+    if (startFailure) throw startFailure;
+    if (worker?.process.exitCode != null) throw new Error(`worker exited:\n${worker.output()}`);
     if (firstActive === undefined && (await redis.llen(activeKey)) > 0) firstActive = performance.now();
     const { rows } = await db.query(
       `SELECT count(*) FILTER (WHERE status <> 'pending')::int AS finished,
@@ -154,6 +160,8 @@ async function timeWorker(env, redis, db, before) {
     finished = rows[0].finished - before;
     if (warm === undefined && finished >= WARMUP_JOBS) {
       warm = { at: performance.now(), finished };
+      await starting;
+      if (startFailure) throw startFailure;
       cpuAtWarm = cpuMs(worker.pid);
     }
     if (finished >= WARMUP_JOBS + JOBS) {
@@ -164,8 +172,8 @@ async function timeWorker(env, redis, db, before) {
     }
     await sleep(firstActive === undefined ? 5 : 10);
   }
-  await worker.ready.catch(() => {});
-  await worker.stop();
+  await starting;
+  await worker?.stop();
   if (done === undefined) {
     throw new Error(`the worker finished ${finished}/${WARMUP_JOBS + JOBS} jobs in ${TIMEOUT_MS / 1000} s`);
   }
