@@ -5,8 +5,8 @@
  *
  * Each bench runs the BUILT service (dist/main.js) as child processes on 127.0.0.1, with a database
  * and a Redis prefix of its own (the tests' harness, test/support) that are removed at the end, even on failure.
- * Figures are printed, never asserted; the summary table is also written to scripts/bench/last-run.md
- * (rows of benches not run this time are kept from the previous run, with their date).
+ * Figures are printed, never asserted; the summary table is also written into docs/performance.md, between its
+ * bench markers (rows of benches not run this time are kept from the previous run, with their date, in last-run.json).
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -31,7 +31,10 @@ const BENCHES = {
 };
 
 const HERE = fileURLToPath(new URL('.', import.meta.url));
-const LAST_RUN_MD = `${HERE}last-run.md`;
+/** The figures' one page: the table goes between these markers. */
+const PERFORMANCE_MD = `${ROOT}docs/performance.md`;
+const TABLE_BEGIN = '<!-- bench:begin -->';
+const TABLE_END = '<!-- bench:end -->';
 const LAST_RUN_JSON = `${HERE}last-run.json`;
 
 const args = process.argv.slice(2);
@@ -137,10 +140,14 @@ log(markdown);
 const took = `all benches took ${((performance.now() - started) / 1000).toFixed(0)} s`;
 if (process.env.BENCH_SERVICE_NODE_ARGS) {
   // Profiled or otherwise instrumented runs are not representative: the last clean figures stay.
-  log(`(BENCH_SERVICE_NODE_ARGS is set: ${LAST_RUN_MD.replace(ROOT, '')} left as it was; ${took})`);
+  log(`(BENCH_SERVICE_NODE_ARGS is set: ${PERFORMANCE_MD.replace(ROOT, '')} left as it was; ${took})`);
 } else {
-  writeFileSync(LAST_RUN_MD, markdown);
+  const page = readFileSync(PERFORMANCE_MD, 'utf8');
+  const begin = page.indexOf(TABLE_BEGIN);
+  const end = page.indexOf(TABLE_END);
+  if (begin < 0 || end < begin) throw new Error(`${PERFORMANCE_MD} has lost its ${TABLE_BEGIN} / ${TABLE_END} markers`);
+  writeFileSync(PERFORMANCE_MD, `${page.slice(0, begin + TABLE_BEGIN.length)}\n${markdown}${page.slice(end)}`);
   writeFileSync(LAST_RUN_JSON, `${JSON.stringify({ runs }, null, 2)}\n`);
-  log(`(written to ${LAST_RUN_MD.replace(ROOT, '')}; ${took})`);
+  log(`(written to ${PERFORMANCE_MD.replace(ROOT, '')}; ${took})`);
 }
 process.exit(Object.values(status).every((s) => s === 'ok') ? 0 : 1);
