@@ -1,6 +1,6 @@
 import { register } from 'node:module';
 import type { IncomingMessage } from 'node:http';
-import { ExpressInstrumentation } from '@opentelemetry/instrumentation-express';
+import { ExpressInstrumentation, ExpressLayerType } from '@opentelemetry/instrumentation-express';
 import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
 import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
 import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
@@ -29,7 +29,9 @@ export function startTracing(settings: TracingSettings): void {
     traceExporter: settings.protocol === 'http/json' ? new JsonExporter() : new ProtobufExporter(),
     instrumentations: [
       new HttpInstrumentation({ ignoreIncomingRequestHook: isProbe }),
-      new ExpressInstrumentation(),
+      // The route's handler is the span that matters; the middleware before it (request ids, metrics, headers) are
+      // anonymous functions whose spans would only add to every trace.
+      new ExpressInstrumentation({ ignoreLayersType: [ExpressLayerType.MIDDLEWARE] }),
       // Queue polling, event fan-out, metrics and sweeps would each be a trace of one span: only calls made for a
       // request or a job are traced.
       new PgInstrumentation({ requireParentSpan: true }),

@@ -1,13 +1,5 @@
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
-import {
-  type Attributes,
-  context,
-  propagation,
-  type Span,
-  SpanKind,
-  SpanStatusCode,
-  trace,
-} from '@opentelemetry/api';
+import { type Attributes, context, propagation, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 
 /**
  * The service's own spans, through OpenTelemetry's API only: with no SDK started (no OTLP endpoint set) the API is

@@ -38,8 +38,7 @@ export function readTracingSettings(env: NodeJS.ProcessEnv): TracingSettings | u
     throw new ConfigError([`${protocolVariable} must be one of ${PROTOCOLS.join(', ')}, got "${protocol}"`]);
   }
   const namedInAttributes = /(^|,)\s*service\.name\s*=/.test(value('OTEL_RESOURCE_ATTRIBUTES') ?? '');
-  const serviceName =
-    value('OTEL_SERVICE_NAME') ?? (namedInAttributes ? undefined : `igs-${value('ROLE') ?? 'all'}`);
+  const serviceName = value('OTEL_SERVICE_NAME') ?? (namedInAttributes ? undefined : `igs-${value('ROLE') ?? 'all'}`);
   return { protocol: protocol as TracingProtocol, serviceName };
 }
 

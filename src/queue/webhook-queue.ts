@@ -27,7 +27,10 @@ export class WebhookQueue {
   async enqueue(message: WebhookJobData): Promise<void> {
     await inSpan(
       `send ${WEBHOOK_QUEUE}`,
-      { kind: SpanKind.PRODUCER, attributes: { ...queueAttributes(WEBHOOK_QUEUE), 'igs.item_id': message.historyItemId } },
+      {
+        kind: SpanKind.PRODUCER,
+        attributes: { ...queueAttributes(WEBHOOK_QUEUE), 'igs.item_id': message.historyItemId },
+      },
       () =>
         addInTime(() =>
           this.queue.add(
