@@ -261,16 +261,16 @@ function spawnTracked(env, args, childEnv, { name, readyPath, timeoutMs = 60_000
 /**
  * Runs `node dist/main.js` (the built service) with the flags of `npm run start:prod`, the environment's settings
  * plus `extra` (ROLE, limits...), and waits for /health/ready. `options.nodeArgs` go before the script (e.g.
- * --cpu-prof).
+ * --cpu-prof); `options.main` runs another build of the service instead (an earlier commit's).
  */
-export async function startService(env, extra = {}, { nodeArgs = [], wait = true, timeoutMs } = {}) {
+export async function startService(env, extra = {}, { nodeArgs = [], wait = true, timeoutMs, main = MAIN } = {}) {
   const port = await freePort();
   const nodeArgsFromEnv = process.env.BENCH_SERVICE_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
   // API processes run with the thread pool docker/compose.yml gives them (docs/operations.md, "Scale").
   const roleEnv = extra.ROLE === 'api' ? { UV_THREADPOOL_SIZE: '2' } : {};
   const handle = spawnTracked(
     env,
-    [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv, ...nodeArgs, MAIN],
+    [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv, ...nodeArgs, main],
     { ...env.serviceEnv, ...roleEnv, ...extra },
     {
       name: `service(${extra.ROLE ?? 'all'})`,
