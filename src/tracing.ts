@@ -34,7 +34,8 @@ export function startTracing(settings: TracingSettings): void {
       new ExpressInstrumentation({ ignoreLayersType: [ExpressLayerType.MIDDLEWARE] }),
       // Queue polling, event fan-out, metrics and sweeps would each be a trace of one span: only calls made for a
       // request or a job are traced.
-      new PgInstrumentation({ requireParentSpan: true }),
+      // A span per pool checkout would double the database spans of every request for little: the queries stay.
+      new PgInstrumentation({ requireParentSpan: true, ignoreConnectSpans: true }),
       new IORedisInstrumentation({ requireParentSpan: true }),
     ],
   });
