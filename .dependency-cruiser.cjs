@@ -1,7 +1,7 @@
 /**
  * The layers of src/, checked by `npm run lint:deps` (part of `npm test`):
  *
- *   main.ts, app.module.ts, cli.ts          compose everything
+ *   main.ts, tracing.ts, service.ts, app.module.ts, cli.ts   compose everything
  *   features: auth, catalog's routes, generation, history, worker, webhooks, health, contract, the /media route
  *   jobs: history items as jobs (repository, lifecycle, events), shared by the features that create, show and run them
  *   engines: what runs a job's model (the port, the registry, one folder per kind), on common/ and the configuration only

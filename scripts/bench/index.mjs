@@ -27,6 +27,7 @@ const BENCHES = {
   person: () => import('./benches/person.mjs'),
   remote: () => import('./benches/remote.mjs'),
   frontend: () => import('./benches/frontend.mjs'),
+  tracing: () => import('./benches/tracing.mjs'),
   load: () => import('./load.mjs'),
 };
 

@@ -147,7 +147,7 @@ export async function createBenchEnv() {
     inputRoot: test.serviceEnv.INPUT_ROOT,
     processes,
     /** Starts the built service with this environment's settings plus `extra`. */
-    startService: (extra = {}) => startService(env, extra),
+    startService: (extra = {}, options = {}) => startService(env, extra, options),
     /** Starts a plain Node script (a baseline server) as a tracked child process. */
     startScript: (script, extra = {}) => startScript(env, script, extra),
     /** Runs a plain Node script (a baseline that is not a server) to its end; resolves with its output. */
@@ -195,15 +195,16 @@ function track(env, { baseUrl, process: child, output }) {
 /**
  * Runs the built service through the tests' `startService`, with the environment's settings plus `extra` (ROLE,
  * limits...) and the Node flags of `npm run start:prod` (plus BENCH_SERVICE_NODE_ARGS), as it is deployed.
+ * `options.main` runs another build of the service instead (an earlier commit's, for a before/after bench).
  */
-export async function startService(env, extra = {}) {
+export async function startService(env, extra = {}, { main } = {}) {
   if (signalled) throw new Error('interrupted: not starting anything more');
   const nodeArgsFromEnv = process.env.BENCH_SERVICE_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
   // API processes run with the thread pool docker/compose.yml gives them (docs/operations.md, "Scale").
   const roleEnv = extra.ROLE === 'api' ? { UV_THREADPOOL_SIZE: '2' } : {};
   const service = await (
     await testSupport()
-  ).startService({ ...env.serviceEnv, ...roleEnv, ...extra }, 60_000, [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv]);
+  ).startService({ ...env.serviceEnv, ...roleEnv, ...extra }, 60_000, [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv], main);
   return track(env, service);
 }
 

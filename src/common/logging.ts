@@ -4,6 +4,7 @@ import type { LoggerService } from '@nestjs/common';
 import { type Level, type Logger as Pino, pino } from 'pino';
 import pretty from 'pino-pretty';
 import { containsApiKey, maskApiKeys } from './api-key.js';
+import { traceIds } from './tracing.js';
 import type { AppConfig } from '../config/config.js';
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
@@ -30,7 +31,9 @@ export function createRootLogger(
   destination: NodeJS.WritableStream = process.stdout,
 ): Pino {
   const readable = config.logFormat === 'pretty' || (config.logFormat === 'auto' && stdoutIsTerminal);
-  if (!readable) return pino({ level: config.logLevel }, destination);
+  // A line written in a traced request or job names its trace: from a log line to the whole trace, and back.
+  const options = { level: config.logLevel, mixin: traceIds };
+  if (!readable) return pino(options, destination);
   // In this thread, not pino's transport thread: the lines stay in order with what the process prints itself.
   const stream = pretty({
     destination,
@@ -40,11 +43,11 @@ export function createRootLogger(
     messageFormat: '{if context}[{context}] {end}{msg}',
     sync: true,
   });
-  return pino({ level: config.logLevel }, stream);
+  return pino(options, stream);
 }
 
 /**
- * The first middleware (main.ts), so every answer carries an X-Request-Id, also those made before routing
+ * The first middleware (service.ts), so every answer carries an X-Request-Id, also those made before routing
  * (an unparsable body, Swagger UI).
  *
  * It logs one line per answered request when the response is finished or the connection is gone, naming

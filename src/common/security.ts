@@ -4,9 +4,9 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import helmet from 'helmet';
 import type { AppConfig } from '../config/config.js';
 
-/** Where Swagger UI is served (main.ts). */
+/** Where Swagger UI is served (service.ts). */
 export const DOCS_ROUTE = 'docs';
-/** Where the playground page is served (main.ts, built into dist/playground). */
+/** Where the playground page is served (service.ts, built into dist/playground). */
 export const PLAYGROUND_ROUTE = 'playground';
 
 type Middleware = (request: IncomingMessage, response: ServerResponse, next: (error?: unknown) => void) => void;

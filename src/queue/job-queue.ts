@@ -1,6 +1,8 @@
 import { InjectQueue } from '@nestjs/bull';
 import { Injectable } from '@nestjs/common';
+import { SpanKind } from '@opentelemetry/api';
 import type { Job, Queue } from 'bull';
+import { currentTraceCarrier, inSpan } from '../common/tracing.js';
 import { ServiceUnavailableError } from '../common/unavailable.js';
 import { AppConfig } from '../config/config.js';
 import { GENERATE_JOB, type GenerateJobData, GENERATION_QUEUE, generateJobOptions } from './queues.js';
@@ -68,7 +70,13 @@ export class JobQueue {
    * Bull tries again after a backoff until the attempts run out.
    */
   process(concurrency: number, handler: (delivery: Delivery) => Promise<void>): void {
-    void this.queue.process(GENERATE_JOB, concurrency, (job) => handler(deliveryOf(job)));
+    void this.queue.process(GENERATE_JOB, concurrency, (job) =>
+      inSpan(
+        `process ${GENERATION_QUEUE}`,
+        { kind: SpanKind.CONSUMER, attributes: jobAttributes(GENERATION_QUEUE, job), parent: job.data.trace },
+        () => handler(deliveryOf(job)),
+      ),
+    );
   }
 
   /** Calls `listener` for each job whose last attempt failed, also one that never reached a handler (stalled). */
@@ -89,8 +97,27 @@ export class JobQueue {
   }
 
   private async add(historyItemId: string): Promise<void> {
-    await this.queue.add(GENERATE_JOB, { historyItemId }, generateJobOptions(this.config, historyItemId));
+    await inSpan(
+      `send ${GENERATION_QUEUE}`,
+      { kind: SpanKind.PRODUCER, attributes: { ...queueAttributes(GENERATION_QUEUE), 'igs.item_id': historyItemId } },
+      () =>
+        this.queue.add(
+          GENERATE_JOB,
+          { historyItemId, trace: currentTraceCarrier() },
+          generateJobOptions(this.config, historyItemId),
+        ),
+    );
   }
+}
+
+/** What a queueing or processing span says about its queue, per OpenTelemetry's messaging conventions. */
+export function queueAttributes(queue: string): Record<string, string> {
+  return { 'messaging.system': 'bull', 'messaging.destination.name': queue };
+}
+
+/** What a processing span says about the job: the item, and which attempt this is. */
+export function jobAttributes(queue: string, job: Job<{ historyItemId: string }>): Record<string, string | number> {
+  return { ...queueAttributes(queue), 'igs.item_id': job.data.historyItemId, 'igs.attempt': job.attemptsMade + 1 };
 }
 
 /** Adds a job, or fails with `ServiceUnavailableError` when the queue fails or does not answer in time. */

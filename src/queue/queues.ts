@@ -1,4 +1,5 @@
 import type { JobOptions } from 'bull';
+import type { TraceCarrier } from '../common/tracing.js';
 import type { AppConfig } from '../config/config.js';
 
 /** Queues, job names and payloads in one place: `JobQueue` and `WebhookQueue` queue and deliver them. */
@@ -8,6 +9,8 @@ export const GENERATE_JOB = 'generate';
 /** Everything else the worker needs is on the history item row, which is the source of truth. */
 export interface GenerateJobData {
   historyItemId: string;
+  /** The trace of the request that queued the job, continued by the worker; absent when nothing is traced. */
+  trace?: TraceCarrier;
 }
 
 /**
@@ -34,6 +37,8 @@ export const WEBHOOK_BACKOFF = 'webhook-schedule';
 export interface WebhookJobData {
   historyItemId: string;
   type: 'generation.completed' | 'generation.failed';
+  /** The trace of the job whose end the message announces; absent when nothing is traced. */
+  trace?: TraceCarrier;
 }
 
 /** One message per item (an item ends once), so the item id is the job id: announcing twice queues it once. */

@@ -1,8 +1,10 @@
 import { InjectQueue } from '@nestjs/bull';
 import { Injectable } from '@nestjs/common';
+import { SpanKind } from '@opentelemetry/api';
 import type { Job, Queue } from 'bull';
+import { currentTraceCarrier, inSpan } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
-import { addInTime, type Delivery, deliveryOf } from './job-queue.js';
+import { addInTime, type Delivery, deliveryOf, jobAttributes, queueAttributes } from './job-queue.js';
 import { DELIVER_JOB, WEBHOOK_QUEUE, type WebhookJobData, webhookJobOptions } from './queues.js';
 
 /** One delivery attempt of a webhook message. */
@@ -21,14 +23,33 @@ export class WebhookQueue {
     private readonly config: AppConfig,
   ) {}
 
+  /** Queues a message in the active trace (the job's, when its end is announced), continued by its deliveries. */
   async enqueue(message: WebhookJobData): Promise<void> {
-    await addInTime(() => this.queue.add(DELIVER_JOB, message, webhookJobOptions(this.config, message.historyItemId)));
+    await inSpan(
+      `send ${WEBHOOK_QUEUE}`,
+      {
+        kind: SpanKind.PRODUCER,
+        attributes: { ...queueAttributes(WEBHOOK_QUEUE), 'igs.item_id': message.historyItemId },
+      },
+      () =>
+        addInTime(() =>
+          this.queue.add(
+            DELIVER_JOB,
+            { ...message, trace: currentTraceCarrier() },
+            webhookJobOptions(this.config, message.historyItemId),
+          ),
+        ),
+    );
   }
 
   /** Runs `handler` for each attempt; what it throws is retried on the schedule until the attempts run out. */
   process(concurrency: number, handler: (delivery: WebhookDelivery) => Promise<void>): void {
     void this.queue.process(DELIVER_JOB, concurrency, (job: Job<WebhookJobData>) =>
-      handler({ ...deliveryOf(job), type: job.data.type }),
+      inSpan(
+        `process ${WEBHOOK_QUEUE}`,
+        { kind: SpanKind.CONSUMER, attributes: jobAttributes(WEBHOOK_QUEUE, job), parent: job.data.trace },
+        () => handler({ ...deliveryOf(job), type: job.data.type }),
+      ),
     );
   }
 

@@ -5,6 +5,7 @@ import {
   Logger,
   type OnApplicationBootstrap,
 } from '@nestjs/common';
+import { inSpan } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobEvents } from '../jobs/job-events.js';
@@ -96,28 +97,46 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       for (const [name, input] of Object.entries(item.inputs)) images[name] = await this.inputs.get(input.key);
       const signal = AbortSignal.any([stopped, turn.deadline]);
       const started = performance.now();
-      const result = await this.metrics.timeEngine(item.tool, route.kind, () =>
-        route.engine.generate({
-          jobId: id,
-          tool: item.tool,
-          generationType: item.generationType,
-          images,
-          texts: item.texts,
-          signal,
-          onProgress: progress.report,
-          runs: this.runs.for(id),
-          slot: turn.slot,
-        }),
-      );
+      const engineAttributes = {
+        'igs.tool': item.tool,
+        'igs.generation_type': item.generationType,
+        'igs.engine.kind': route.kind,
+        'igs.engine.name': route.engineName,
+      };
+      const result = await inSpan('engine generate', { attributes: engineAttributes }, async (span) => {
+        try {
+          const generated = await this.metrics.timeEngine(item.tool, route.kind, () =>
+            route.engine.generate({
+              jobId: id,
+              tool: item.tool,
+              generationType: item.generationType,
+              images,
+              texts: item.texts,
+              signal,
+              onProgress: progress.report,
+              runs: this.runs.for(id),
+              slot: turn.slot,
+            }),
+          );
+          span.setAttribute('igs.outcome', 'complete');
+          return generated;
+        } catch (error) {
+          span.setAttribute('igs.outcome', engineOutcome(error, stopped, turn.deadline));
+          if (error instanceof PermanentEngineError) span.setAttribute('error.type', error.code);
+          throw error;
+        }
+      });
       await turn.end();
       progress.end();
       const outputs = await renderOutputs(result, this.config.imageMaxPixels);
-      const completed = await this.lifecycle.complete(id, async () => {
-        await Promise.all([
-          this.media.put(outputKey(id, 'stock'), outputs.stock),
-          this.media.put(outputKey(id, 'preview'), outputs.preview),
-        ]);
-      });
+      const completed = await this.lifecycle.complete(id, () =>
+        inSpan('store outputs', { attributes: { 'igs.item_id': id } }, async () => {
+          await Promise.all([
+            this.media.put(outputKey(id, 'stock'), outputs.stock),
+            this.media.put(outputKey(id, 'preview'), outputs.preview),
+          ]);
+        }),
+      );
       const ms = Math.round(performance.now() - started);
       endAttempt(completed ? 'complete' : 'dropped');
       if (completed) this.logger.log({ id, tool: item.tool, engine: route.engineName, ms }, 'job complete');
@@ -158,6 +177,17 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     }
     throw error;
   }
+}
+
+/**
+ * How an engine call ended, for its span: `failed` (permanent: the job ends; `error.type` is the job's error code),
+ * `retried` (the queue tries the attempt again, unless it was the last), `timeout`, `stopped` (the item ended
+ * elsewhere, or the worker is shutting down).
+ */
+function engineOutcome(error: unknown, stopped: AbortSignal, deadline: AbortSignal): string {
+  if (stopped.aborted) return 'stopped';
+  if (deadline.aborted || error instanceof EngineTimeoutError) return 'timeout';
+  return error instanceof PermanentEngineError ? 'failed' : 'retried';
 }
 
 /**

@@ -28,14 +28,18 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** `nodeArgs` go before the script, e.g. the heap limit of `npm run start:prod` or `--cpu-prof` (the benches). */
+/**
+ * `nodeArgs` go before the script, e.g. the heap limit of `npm run start:prod` or `--cpu-prof` (the benches); `main`
+ * is another build of the service to run (the benches' before/after comparisons).
+ */
 export async function startService(
   env: Record<string, string>,
   timeoutMs = 30_000,
   nodeArgs: readonly string[] = [],
+  main = MAIN,
 ): Promise<RunningService> {
   const port = env.PORT ? Number(env.PORT) : await freePort();
-  const child = spawn(process.execPath, [...nodeArgs, MAIN], {
+  const child = spawn(process.execPath, [...nodeArgs, main], {
     env: { PATH: process.env.PATH, HOST: '127.0.0.1', ...env, PORT: String(port) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

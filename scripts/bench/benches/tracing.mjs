@@ -1,0 +1,142 @@
+/**
+ * tracing: what traces cost. Three API processes (ROLE=api) on one database, side by side:
+ * - `on`: tracing on, exporting (http/protobuf, OpenTelemetry's default) to a loopback collector
+ *   (`baselines/otlp-sink.mjs`);
+ * - `off`: this build with no OTLP endpoint set (no SDK started);
+ * - `before`: the service as it was before tracing came in (the parent of the commit that added src/tracing.ts),
+ *   built from git into a temporary directory with the same node_modules.
+ * Two loads on each, alternating, 8 s rounds, twice each, best round per side: job creation (16 connections,
+ * fashion_swap with two 1024x1024 JPEGs) and item GET (50 connections, over the items the creations made).
+ * Targets: on / off >= 0.85, off / before >= 0.97.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, symlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import pg from 'pg';
+import {
+  alternateLoads,
+  createBenchEnv,
+  createUserWithKey,
+  fmtMs,
+  log,
+  makePhoto,
+  multipartBody,
+  record,
+  request,
+  ROOT,
+  sweepInputs,
+} from '../lib.mjs';
+
+const CREATE_CONNECTIONS = 16;
+const GET_CONNECTIONS = 50;
+const WARMUP_MS = 2_000;
+const DURATION_MS = 8_000;
+const ROUNDS = 2;
+const PATH = '/generation/generate_image_v2/';
+const UNLIMITED = { LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' };
+
+export const description =
+  'job creation and item GET req/s, ROLE=api: tracing on (exporting to a loopback collector) / off / before tracing';
+
+/** Builds the service as of the commit before src/tracing.ts was added; resolves with its dist/main.js. */
+function buildBefore(dir) {
+  const git = (...args) => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim();
+  const added = git('log', '-n1', '--format=%H', '--diff-filter=A', '--', 'src/tracing.ts');
+  if (!added) throw new Error('src/tracing.ts is not in the git history: nothing to compare with');
+  mkdirSync(dir, { recursive: true });
+  execFileSync('sh', ['-c', `git archive "${added}^" src openapi tsconfig.json package.json | tar -x -C "${dir}"`], {
+    cwd: ROOT,
+  });
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+  const started = performance.now();
+  execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: dir });
+  log(
+    `  before: ${git('log', '-n1', '--format=%h %s', `${added}^`)} (built in ${((performance.now() - started) / 1000).toFixed(0)} s)`,
+  );
+  return join(dir, 'dist/main.js');
+}
+
+export async function run() {
+  const [clothes, person] = await Promise.all([makePhoto('clothes', 1024, 1024), makePhoto('person', 1024, 1024)]);
+  const form = multipartBody({
+    tool: 'fashion_swap',
+    clothes: { data: clothes, filename: 'clothes.jpg' },
+    person: { data: person, filename: 'person.jpg' },
+  });
+  const env = await createBenchEnv('tracing');
+  const db = new pg.Client({ connectionString: env.databaseUrl });
+  let stopSweeping;
+  try {
+    const beforeMain = buildBefore(join(env.dataDir, 'before'));
+    const collector = await env.startScript(new URL('../baselines/otlp-sink.mjs', import.meta.url).pathname);
+    // The first applies the migrations; the others find the schema ready.
+    const off = await env.startService({ ROLE: 'api', ...UNLIMITED });
+    const [on, before] = await Promise.all([
+      env.startService({ ROLE: 'api', ...UNLIMITED, OTEL_EXPORTER_OTLP_ENDPOINT: collector.baseUrl }),
+      env.startService({ ROLE: 'api', ...UNLIMITED }, { main: beforeMain }),
+    ]);
+    const { authorization } = await createUserWithKey(env.databaseUrl);
+    // No worker runs here: inputs are swept away as a worker would consume them.
+    stopSweeping = sweepInputs(env.inputRoot);
+
+    const sides = { on, off, before };
+    const create = (service) => () => ({
+      url: `${service.baseUrl}${PATH}`,
+      method: 'POST',
+      headers: { Authorization: authorization, 'Content-Type': form.contentType },
+      body: form.body,
+    });
+    for (const service of Object.values(sides)) {
+      const probe = await request(undefined, create(service)());
+      if (probe.status !== 202) throw new Error(`${service.name} refused the job: ${probe.status} ${probe.body}`);
+    }
+    log(`  job creation: ${CREATE_CONNECTIONS} connections`);
+    const created = await alternateLoads(
+      Object.fromEntries(Object.entries(sides).map(([name, s]) => [name, { make: create(s), pid: s.pid }])),
+      { rounds: ROUNDS, concurrency: CREATE_CONNECTIONS, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
+    );
+
+    await db.connect();
+    const { rows } = await db.query('SELECT id FROM history_items ORDER BY random() LIMIT 1000');
+    const ids = rows.map((row) => row.id);
+    const get = (service) => (i) => ({
+      url: `${service.baseUrl}/user/generation-history/${ids[i % ids.length]}`,
+      headers: { Authorization: authorization },
+    });
+    log(`  item GET: ${GET_CONNECTIONS} connections, ${ids.length} items`);
+    const read = await alternateLoads(
+      Object.fromEntries(Object.entries(sides).map(([name, s]) => [name, { make: get(s), pid: s.pid }])),
+      { rounds: ROUNDS, concurrency: GET_CONNECTIONS, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
+    );
+    await on.stop();
+    const exported = JSON.parse((await request(undefined, { url: `${collector.baseUrl}/stats` })).body.toString());
+    log(`  the collector got ${exported.requests} export requests, ${(exported.bytes / 1e6).toFixed(1)} MB`);
+    if (exported.requests === 0) throw new Error('tracing on exported nothing: the comparison would mean nothing');
+
+    for (const [load, results] of [
+      ['job creation', created],
+      ['item GET', read],
+    ]) {
+      for (const [name, result] of Object.entries(results)) {
+        record(
+          'tracing',
+          `${load} req/s, tracing ${name}`,
+          result.rps,
+          `${result.rps.toFixed(0)} req/s (p50 ${fmtMs(result.p50)}, CPU ${fmtMs(result.cpuMsPerRequest)}/request)`,
+        );
+      }
+      const onOff = results.on.rps / results.off.rps;
+      const offBefore = results.off.rps / results.before.rps;
+      record('tracing', `${load}: on / off`, onOff, onOff.toFixed(2), { op: '>=', value: 0.85, text: '>= 0.85' });
+      record('tracing', `${load}: off / before tracing`, offBefore, offBefore.toFixed(2), {
+        op: '>=',
+        value: 0.97,
+        text: '>= 0.97',
+      });
+    }
+  } finally {
+    stopSweeping?.();
+    await db.end().catch(() => {});
+    await env.dispose();
+  }
+}

@@ -1,0 +1,74 @@
+import 'reflect-metadata';
+import { fileURLToPath } from 'node:url';
+import { NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import type { Request } from 'express';
+import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
+import { AppModule } from './app.module.js';
+import { PrototypedExpressAdapter } from './common/express-adapter.js';
+import { createRootLogger, JsonLogger, requestLogging } from './common/logging.js';
+import { DOCS_ROUTE, PLAYGROUND_ROUTE, hardenHttp } from './common/security.js';
+import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
+import { Contract, servedServer } from './contract/contract.js';
+import { httpMetrics } from './metrics/http-metrics.js';
+import { Metrics } from './metrics/metrics.js';
+import { assertRedisReachable } from './redis/redis.js';
+
+async function bootstrap(config: AppConfig): Promise<void> {
+  await assertRedisReachable(config.redisUrl);
+  const logger = new JsonLogger(createRootLogger(config));
+  // Nest's default parsers would parse JSON and forms on every route; the one JSON body is feedback's (HistoryModule).
+  const app = await NestFactory.create<NestExpressApplication>(
+    AppModule.forRole(config),
+    new PrototypedExpressAdapter(),
+    {
+      logger,
+      bodyParser: false,
+    },
+  );
+  app.disable('x-powered-by');
+  // The contract has no conditional requests (no 304), and hashing every answer for an ETag costs each one.
+  app.set('etag', false);
+  app.use(requestLogging(logger.pino));
+  app.use(httpMetrics(app.get(Metrics)));
+  hardenHttp(app, config);
+  // process.exit(0) after the shutdown hooks, instead of re-raising the signal: SIGTERM ends with exit code 0.
+  app.enableShutdownHooks([], { useProcessExit: true });
+  if (config.runsApi) {
+    const contract = app.get(Contract);
+    SwaggerModule.setup(DOCS_ROUTE, app, contract.document as unknown as OpenAPIObject, {
+      raw: false,
+      customSiteTitle: 'Image generation service API',
+      patchDocumentOnRequest: <TRequest>(request: TRequest) =>
+        contract.documentFor(servedServer(config, request as Request)) as unknown as OpenAPIObject,
+    });
+    // Static files built with the service (npm run build); no key needed to load the page, only to use it.
+    app.useStaticAssets(fileURLToPath(new URL('./playground/', import.meta.url)), {
+      prefix: `/${PLAYGROUND_ROUTE}`,
+      // Not content-hashed: a browser asks again each time, and gets 304 while the build is the same.
+      maxAge: 0,
+    });
+  }
+  await app.listen(config.port, config.host);
+  logger.log(`Serving role "${config.role}" on ${config.publicBaseUrl}`, 'Bootstrap');
+}
+
+/** ROLE=migrate: applies pending migrations (under the advisory lock every role takes at boot) and exits. */
+async function migrate(config: AppConfig): Promise<void> {
+  const logger = new JsonLogger(createRootLogger(config));
+  const app = await NestFactory.createApplicationContext(AppModule.forRole(config), { logger });
+  logger.log('The database schema is up to date', 'Migrate');
+  await app.close();
+}
+
+let config: AppConfig;
+try {
+  config = loadConfig();
+} catch (error) {
+  process.stderr.write(`${error instanceof ConfigError ? error.message : String(error)}\n`);
+  process.exit(1);
+}
+(config.role === 'migrate' ? migrate(config) : bootstrap(config)).catch((error: unknown) => {
+  process.stderr.write(`Startup failed: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,43 @@
+import { register } from 'node:module';
+import type { IncomingMessage } from 'node:http';
+import { ExpressInstrumentation, ExpressLayerType } from '@opentelemetry/instrumentation-express';
+import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
+import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
+import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
+import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { NodeSDK } from '@opentelemetry/sdk-node';
+import type { TracingSettings } from './config/tracing-settings.js';
+
+/** The packages the instrumentations patch, also when the service's own ES modules import them. */
+const INSTRUMENTED = ['http', 'https', 'express', 'pg', 'pg-pool', 'ioredis'];
+
+/** Probes and scrapes come every few seconds and say nothing about a job. */
+function isProbe(request: IncomingMessage): boolean {
+  return request.url?.startsWith('/health/') === true || request.url === '/metrics';
+}
+
+/**
+ * Starts OpenTelemetry's SDK. It must run before the service's modules load: the instrumentations patch pg, ioredis,
+ * express and http as they are loaded, through `require` for CommonJS importers and through the import-in-the-middle
+ * loader for ES modules (hooking only the packages above, so the rest of the service loads as it always does).
+ */
+export function startTracing(settings: TracingSettings): void {
+  register('@opentelemetry/instrumentation/hook.mjs', import.meta.url, { data: { include: INSTRUMENTED } });
+  const sdk = new NodeSDK({
+    serviceName: settings.serviceName,
+    traceExporter: settings.protocol === 'http/json' ? new JsonExporter() : new ProtobufExporter(),
+    instrumentations: [
+      new HttpInstrumentation({ ignoreIncomingRequestHook: isProbe }),
+      // The route's handler is the span that matters; the middleware before it (request ids, metrics, headers) are
+      // anonymous functions whose spans would only add to every trace.
+      new ExpressInstrumentation({ ignoreLayersType: [ExpressLayerType.MIDDLEWARE] }),
+      // Queue polling, event fan-out, metrics and sweeps would each be a trace of one span: only calls made for a
+      // request or a job are traced.
+      // A span per pool checkout would double the database spans of every request for little: the queries stay.
+      new PgInstrumentation({ requireParentSpan: true, ignoreConnectSpans: true }),
+      new IORedisInstrumentation({ requireParentSpan: true }),
+    ],
+  });
+  sdk.start();
+}

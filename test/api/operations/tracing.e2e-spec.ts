@@ -1,0 +1,217 @@
+import { once } from 'node:events';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { postJob } from '../../support/client.js';
+import { cogEngine, createUser, final, submit, uniqueImage, waitUntil, WorkerWorld } from '../../support/harness.js';
+import { type OtlpReceiver, startOtlpReceiver } from '../../support/otlp-receiver.js';
+import type { RunningService } from '../../support/service.js';
+
+/** The port OpenTelemetry's exporters send to when no endpoint is set. */
+const DEFAULT_OTLP_PORT = 4318;
+/** Spans are exported in batches; a short delay keeps the test quick. */
+const QUICK_EXPORT = { OTEL_BSP_SCHEDULE_DELAY: '100', LOG_LEVEL: 'info' };
+const WEBHOOKS_ALLOWED = { WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' };
+const SPAN_KIND = { server: 2, client: 3, producer: 4, consumer: 5 };
+
+/** A webhook receiver on loopback that answers 200 to everything. */
+async function startWebhookReceiver(): Promise<{ url: string; hits: () => number; close(): Promise<void> }> {
+  let hits = 0;
+  const server: Server = createServer((request, response) => {
+    request.resume();
+    request.on('end', () => {
+      hits++;
+      response.writeHead(200).end();
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}/hooks`,
+    hits: () => hits,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
+
+/**
+ * NODE_OPTIONS that make a process write the URL of every module it resolves under `@opentelemetry/` into `file`,
+ * through a module resolution hook registered before the service's first module loads.
+ */
+function recordOpenTelemetryModules(file: string): string {
+  const hooks = `export async function resolve(specifier, context, next) {
+    const resolved = await next(specifier, context);
+    if (resolved.url.includes('/@opentelemetry/')) (await import('node:fs')).appendFileSync(${JSON.stringify(file)}, resolved.url + '\\n');
+    return resolved;
+  }`;
+  const preload = `import { register } from 'node:module'; register(${JSON.stringify(`data:text/javascript,${encodeURIComponent(hooks)}`)});`;
+  return `--import=data:text/javascript,${encodeURIComponent(preload)}`;
+}
+
+/** JSON log lines of a process's output. */
+function logLines(service: RunningService): Record<string, unknown>[] {
+  return service
+    .output()
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+async function submitWithWebhook(baseUrl: string, key: string, webhookUrl: string): Promise<string> {
+  const clothes = { data: await uniqueImage(), filename: 'clothes.png', contentType: 'image/png' };
+  const response = await postJob(baseUrl, key, { tool: 'fashion_card', clothes, webhook_url: webhookUrl });
+  expect(response.status).toBe(202);
+  return ((await response.json()) as { history_item_id: string }).history_item_id;
+}
+
+describe('traces', () => {
+  let world: WorkerWorld;
+  let receiver: OtlpReceiver;
+  let webhooks: Awaited<ReturnType<typeof startWebhookReceiver>>;
+
+  beforeAll(async () => {
+    world = await WorkerWorld.create(undefined, { queue: false });
+    [receiver, webhooks] = await Promise.all([startOtlpReceiver(), startWebhookReceiver()]);
+  }, 60_000);
+
+  afterAll(async () => {
+    await world?.dispose();
+    await receiver?.close();
+    await webhooks?.close();
+  }, 60_000);
+
+  describe('with an OTLP endpoint (http/json), an API process and a worker', () => {
+    let api: RunningService;
+    let worker: RunningService;
+    let key: string;
+
+    beforeAll(async () => {
+      const tracing = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' };
+      api = await world.processes.start('api', { ...tracing, ...QUICK_EXPORT, ...WEBHOOKS_ALLOWED });
+      worker = await world.processes.start('worker', {
+        ...tracing,
+        ...QUICK_EXPORT,
+        ...WEBHOOKS_ALLOWED,
+        ...cogEngine(world.fake),
+      });
+      ({ key } = await createUser(world.env));
+    }, 60_000);
+
+    // The processes below share the queue: a traced worker left running would take their jobs.
+    afterAll(async () => {
+      await world.processes.stopAll();
+    }, 60_000);
+
+    it('exports one trace per job: the request, the queueing, the worker, the engine, storage, webhook, pg and Redis', async () => {
+      const id = await submitWithWebhook(api.baseUrl, key, webhooks.url);
+      expect((await final(api.baseUrl, key, id)).status).toBe('complete');
+      const ofJob = () => receiver.spans.filter((span) => span.attributes['igs.item_id'] === id);
+      await waitUntil(() => ofJob().some((span) => span.name === 'process webhooks'), 'the webhook delivery span');
+
+      const traceIds = new Set(ofJob().map((span) => span.traceId));
+      expect(traceIds.size).toBe(1);
+      const [traceId] = traceIds;
+      // Every span of the trace has been exported once the last one's parent chain is complete.
+      const sut = () => receiver.spans.filter((span) => span.traceId === traceId);
+      await waitUntil(() => sut().some((span) => span.kind === SPAN_KIND.server), 'the creating request span');
+      const byService = (name: string) => sut().filter((span) => span.resource['service.name'] === name);
+
+      // The creating request, in the API process: its HTTP span, Express's, the queueing, and its database calls.
+      const apiSpans = byService('igs-api');
+      const request = apiSpans.find((span) => span.kind === SPAN_KIND.server);
+      expect(request?.attributes).toMatchObject({ 'http.request.method': 'POST' });
+      expect(apiSpans.map((span) => span.name)).toContain('send generation');
+      expect(apiSpans.some((span) => span.attributes['db.system.name'] === 'postgresql')).toBe(true);
+      expect(apiSpans.some((span) => span.attributes['db.system.name'] === 'redis')).toBe(true);
+
+      // The worker continues the same trace, under the queueing span.
+      const workerSpans = byService('igs-worker');
+      const send = apiSpans.find((span) => span.name === 'send generation')!;
+      const processing = workerSpans.find((span) => span.name === 'process generation');
+      expect(processing).toMatchObject({ kind: SPAN_KIND.consumer, parentSpanId: send.spanId });
+      const engine = workerSpans.find((span) => span.name === 'engine generate');
+      expect(engine?.attributes).toEqual(
+        expect.objectContaining({
+          'igs.tool': 'fashion_card',
+          'igs.generation_type': expect.any(String),
+          'igs.engine.kind': 'cog',
+          'igs.outcome': 'complete',
+        }),
+      );
+      // What the engine does in Redis (its run record, its slot) hangs under the engine span.
+      const engineCalls = workerSpans.filter((span) => span.parentSpanId === engine?.spanId);
+      expect(engineCalls.some((span) => span.attributes['db.system.name'] === 'redis')).toBe(true);
+      const names = workerSpans.map((span) => span.name);
+      expect(names).toEqual(expect.arrayContaining(['store outputs', 'send webhooks', 'process webhooks']));
+      const workerDatabase = workerSpans.filter((span) => span.attributes['db.system.name'] === 'postgresql');
+      const workerRedis = workerSpans.filter((span) => span.attributes['db.system.name'] === 'redis');
+      expect(workerDatabase.length).toBeGreaterThan(0);
+      expect(workerRedis.length).toBeGreaterThan(0);
+      // Database and Redis calls hang under the job's spans, never on their own.
+      const spanIds = new Set(sut().map((span) => span.spanId));
+      for (const call of [...workerDatabase, ...workerRedis]) expect(spanIds.has(call.parentSpanId!)).toBe(true);
+
+      // The worker's log line about the job names the trace and the span it was written in.
+      const completed = logLines(worker).find((line) => line.msg === 'job complete' && line.id === id);
+      expect(completed).toMatchObject({ trace_id: traceId, span_id: processing?.spanId });
+    });
+  });
+
+  describe('with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf', () => {
+    it('sends the job’s spans as protobuf', async () => {
+      const protobuf = await startOtlpReceiver();
+      try {
+        const sut = await world.processes.start('all', {
+          OTEL_EXPORTER_OTLP_ENDPOINT: protobuf.endpoint,
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+          ...QUICK_EXPORT,
+          ...cogEngine(world.fake),
+        });
+        const { key } = await createUser(world.env);
+        const id = await submit(sut.baseUrl, key, await uniqueImage());
+        expect((await final(sut.baseUrl, key, id)).status).toBe('complete');
+        // Attribute values are plain bytes in protobuf: the item id is in the body that carries its spans.
+        await waitUntil(() => protobuf.requests.some((r) => r.body.includes(id)), 'the job’s spans');
+        expect(new Set(protobuf.requests.map((r) => r.contentType))).toEqual(new Set(['application/x-protobuf']));
+        await world.processes.stop(sut);
+      } finally {
+        await protobuf.close();
+      }
+    }, 60_000);
+  });
+
+  describe('with no endpoint set', () => {
+    it('loads no OpenTelemetry SDK module and sends nothing, to the default port either', async () => {
+      const modules = join(mkdtempSync(join(tmpdir(), 'otel-modules-')), 'loaded.txt');
+      const defaultPort = await startOtlpReceiver(DEFAULT_OTLP_PORT).catch((error: unknown) => {
+        throw new Error(`this test needs 127.0.0.1:${DEFAULT_OTLP_PORT} free, to listen as an exporter's default`, {
+          cause: error,
+        });
+      });
+      try {
+        const sut = await world.processes.start('all', {
+          NODE_OPTIONS: recordOpenTelemetryModules(modules),
+          ...QUICK_EXPORT,
+          ...WEBHOOKS_ALLOWED,
+          ...cogEngine(world.fake),
+        });
+        const { key } = await createUser(world.env);
+        const id = await submitWithWebhook(sut.baseUrl, key, webhooks.url);
+        expect((await final(sut.baseUrl, key, id)).status).toBe('complete');
+        // The process is stopped, so any batch it held would have been flushed by now.
+        expect(await world.processes.stop(sut)).toBe(0);
+
+        const loaded = existsSync(modules) ? readFileSync(modules, 'utf8').split('\n').filter(Boolean) : [];
+        // The API alone (the no-op facade the service's spans go through) is all there is.
+        expect(loaded.some((url) => url.includes('/@opentelemetry/api/'))).toBe(true);
+        expect(loaded.filter((url) => !url.includes('/@opentelemetry/api/'))).toEqual([]);
+        expect(logLines(sut).filter((line) => 'trace_id' in line)).toEqual([]);
+        expect(defaultPort.requests.map((r) => r.contentType)).toEqual([]);
+        expect(receiver.requests.filter((r) => r.body.includes(id)).map((r) => r.contentType)).toEqual([]);
+      } finally {
+        await defaultPort.close();
+      }
+    }, 60_000);
+  });
+});
