@@ -204,7 +204,12 @@ export async function startService(env, extra = {}, { main } = {}) {
   const roleEnv = extra.ROLE === 'api' ? { UV_THREADPOOL_SIZE: '2' } : {};
   const service = await (
     await testSupport()
-  ).startService({ ...env.serviceEnv, ...roleEnv, ...extra }, 60_000, [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv], main);
+  ).startService(
+    { ...env.serviceEnv, ...roleEnv, ...extra },
+    60_000,
+    [...SERVICE_NODE_FLAGS, ...nodeArgsFromEnv],
+    main,
+  );
   return track(env, service);
 }
 
