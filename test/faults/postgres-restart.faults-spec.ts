@@ -14,8 +14,16 @@ import {
   WorkerWorld,
 } from '../support/harness.js';
 import type { RunningService } from '../support/service.js';
-import { type Answer, expectUnavailableProblem, millisSince, percentile, report, tally, timed } from './observe.js';
-import { type PrivateServer, startPrivatePostgres } from './private-servers.js';
+import {
+  type Answer,
+  expectUnavailableProblem,
+  millisSince,
+  percentile,
+  report,
+  tally,
+  timed,
+} from '../support/observe.js';
+import { type PrivateServer, startPrivatePostgres } from '../support/private-servers.js';
 import { postJob } from '../support/client.js';
 
 const DOWN_MS = 4000;
