@@ -55,7 +55,7 @@ describe('a worker killed (SIGKILL)', () => {
       expect(sut.process.signalCode).toBe('SIGKILL');
       await fake.waitFor((f) => f.requestsFor(clothes)[0].aborted, 'the killed worker to drop its connection');
       // The killed worker never wrote a result; the item is still waiting for one.
-      const meanwhile = (await (await getItem(api.baseUrl, key, id)).json()) as { status: string };
+      const meanwhile = (await getItem(api.baseUrl, key, id)).body;
       expect(meanwhile.status).toBe('pending');
 
       await processes.start('worker', cogEngine(fake));

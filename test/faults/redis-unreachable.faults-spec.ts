@@ -16,7 +16,7 @@ import {
   uniqueImage,
   waitUntil,
 } from '../support/harness.js';
-import { postJob } from '../support/client.js';
+import { bearer, postJob } from '../support/client.js';
 
 /** A TCP proxy to Redis that the test can cut (as if Redis went away) and bring back on the same port. */
 class RedisProxy {
@@ -163,11 +163,12 @@ describe('Redis unreachable from the API', () => {
       },
     });
 
+    // Raw: the body is streamed by hand, so that Redis can go away while the upload is on its way.
     const pending = fetch(`${api.baseUrl}/generation/generate_image_v2/`, {
       method: 'POST',
       body,
       duplex: 'half',
-      headers: { Authorization: `Bearer ${key}`, 'Content-Type': encoded.headers.get('content-type')! },
+      headers: { ...bearer(key), 'Content-Type': encoded.headers.get('content-type')! },
     });
     // Redis goes away once the upload is being stored.
     await waitUntil(

@@ -5,10 +5,6 @@ import type { FormValue } from './client.js';
 
 export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-export function bearer(apiKey: string): Record<string, string> {
-  return { Authorization: `Bearer ${apiKey}` };
-}
-
 /** A file part as a browser sends it. */
 export function file(data: Buffer, filename: string, contentType: string): FormValue {
   return { data, filename, contentType };
@@ -86,20 +82,6 @@ export async function peakRssBytes(pid: number): Promise<number> {
   const match = /^VmHWM:\s+(\d+) kB$/m.exec(status);
   if (!match) throw new Error(`no VmHWM in /proc/${pid}/status`);
   return Number(match[1]) * 1024;
-}
-
-/** The caller's history page (all statuses unless one is given). */
-export async function listHistory(
-  baseUrl: string,
-  apiKey: string,
-  query = '',
-): Promise<{ response: Response; items: { history_item_id: string; status: string }[]; total: number }> {
-  const response = await fetch(`${baseUrl}/user/generation-history${query}`, { headers: bearer(apiKey) });
-  const body = (await response.clone().json()) as {
-    items: { history_item_id: string; status: string }[];
-    total: number;
-  };
-  return { response, items: body.items, total: body.total };
 }
 
 /** Seconds of a `Retry-After` header, which must be a whole number of seconds. */

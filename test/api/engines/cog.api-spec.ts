@@ -2,7 +2,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import sharp from 'sharp';
-import { createJob, type HistoryItemBody, waitForFinal } from '../../support/client.js';
+import { Client, createJob, type HistoryItemBody, waitForFinal } from '../../support/client.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256, startFakeCog } from '../../support/fake-cog.js';
 import { expectCompleteWithOutputs, FAST_TIMINGS, getItem, uniqueImage } from '../../support/harness.js';
@@ -58,7 +58,7 @@ describe('the cog engine kind, through the service', () => {
   }
 
   async function item(id: string): Promise<HistoryItemBody> {
-    return (await (await getItem(sut.baseUrl, key, id)).json()) as HistoryItemBody;
+    return (await getItem(sut.baseUrl, key, id)).body;
   }
 
   const predictionFor = (clothes: Buffer): FakeCogRequest | undefined => fake.requestsFor(clothes)[0];
@@ -125,13 +125,10 @@ describe('the cog engine kind, through the service', () => {
     const { id, clothes } = await submit({ kind: 'hang' });
     await fake.waitFor(() => predictionFor(clothes) !== undefined, 'the model to start the job');
 
-    const response = await fetch(`${sut.baseUrl}/user/generation-history/${id}/cancel`, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${key}` },
-    });
+    const response = await new Client(sut.baseUrl, key).cancel(id);
 
     expect(response.status).toBe(200);
-    expect(await response.json()).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+    expect(response.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
     await fake.waitFor((f) => f.cancels.includes(id), 'the cancel to reach the model');
     await fake.waitFor(() => predictionFor(clothes)!.status === 'canceled', 'the prediction to end canceled');
     expect(await item(id)).toMatchObject({ status: 'error', error: { code: 'canceled' } });

@@ -2,10 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import sharp from 'sharp';
-import { createJob, type HistoryItemBody } from '../../support/client.js';
+import { Client, createJob, type HistoryItemBody } from '../../support/client.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { REAL_ESRGAN, sha256, startFakeReplicate, type FakeReplicate } from '../../support/fake-replicate.js';
-import { createUser, expectCompleteWithOutputs, final, Processes } from '../../support/harness.js';
+import { openStream } from '../../support/event-stream.js';
+import { createUser, expectCompleteWithOutputs, final, Processes, waitUntil } from '../../support/harness.js';
 import { makeImage } from '../../support/jobs.js';
 import { startPrismProxy, type PrismProxy } from '../../support/prism-proxy.js';
 import type { RunningService } from '../../support/service.js';
@@ -38,33 +39,19 @@ async function followEvents(
   id: string,
   until: (item: HistoryItemBody) => boolean,
 ): Promise<HistoryItemBody[]> {
-  const response = await fetch(`${baseUrl}/user/generation-history/${id}/events`, {
-    headers: { Authorization: `Bearer ${key}`, Accept: 'text/event-stream' },
-    signal: AbortSignal.timeout(30_000),
-  });
-  expect(response.status).toBe(200);
-  const items: HistoryItemBody[] = [];
-  const decoder = new TextDecoder();
-  let buffered = '';
-  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-    buffered += decoder.decode(chunk, { stream: true });
-    let end: number;
-    while ((end = buffered.indexOf('\n\n')) >= 0) {
-      const event = buffered.slice(0, end);
-      buffered = buffered.slice(end + 2);
-      const data = event
-        .split('\n')
-        .filter((line) => line.startsWith('data:'))
-        .map((line) => line.slice('data:'.length).trim())
-        .join('\n');
-      if (!data) continue;
-      const item = JSON.parse(data) as HistoryItemBody;
-      items.push(item);
-      // Leaving the loop cancels the stream.
-      if (until(item)) return items;
-    }
+  const stream = await openStream(`${baseUrl}/user/generation-history/${id}/events`, key);
+  try {
+    expect(stream.status).toBe(200);
+    let ended = false;
+    void stream.ended.then(() => (ended = true));
+    const items = () => stream.events.map((event) => event.data as HistoryItemBody);
+    await waitUntil(() => ended || items().some(until), 'the event stream to end or reach the item', 30_000);
+    const all = items();
+    const last = all.findIndex(until);
+    return last < 0 ? all : all.slice(0, last + 1);
+  } finally {
+    stream.close();
   }
-  return items;
 }
 
 describe('the replicate engine in the built service', () => {
@@ -135,10 +122,7 @@ describe('the replicate engine in the built service', () => {
       'the prediction to be created',
     );
 
-    const canceled = await fetch(`${service.baseUrl}/user/generation-history/${id}/cancel`, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${key}` },
-    });
+    const canceled = await new Client(service.baseUrl, key).cancel(id);
     const prediction = fake.predictions.find((p) => p.input['image'] === sha256(image))!;
     await fake.waitFor((f) => f.cancels.includes(prediction.id), 'the cancel to reach Replicate', 10_000);
 

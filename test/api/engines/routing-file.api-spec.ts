@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { Client, type GenerationTypesBody } from '../../support/client.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 
@@ -15,11 +16,6 @@ const EXAMPLE_ENV = {
   COMFY_URL: 'http://127.0.0.1:9',
   COMFY_TOKEN: 'example',
 };
-
-interface GenerationType {
-  generation_type: string;
-  inputs: { name: string; description: string }[];
-}
 
 /** Starts the built service and resolves with its exit code and output, for a boot that must fail. */
 async function failedBoot(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
@@ -60,12 +56,10 @@ describe('the routing file at boot', () => {
       await service?.stop();
     });
 
-    async function generationTypes(tool: string): Promise<GenerationType[]> {
-      const response = await fetch(`${service.baseUrl}/generation/generationTypes?tool=${tool}`, {
-        headers: { Authorization: `Bearer ${key}` },
-      });
-      expect(response.status).toBe(200);
-      return (await response.json()) as GenerationType[];
+    async function generationTypes(tool: string): Promise<GenerationTypesBody> {
+      const answer = await new Client(service.baseUrl, key).generationTypes(tool);
+      expect(answer.status).toBe(200);
+      return answer.body;
     }
 
     it('boots, and a routed generation type describes its inputs as its route says', async () => {

@@ -1,4 +1,3 @@
-import type { HistoryItemBody } from '../../support/client.js';
 import { type FakeCog, sha256 } from '../../support/fake-cog.js';
 import {
   cogEngine,
@@ -10,6 +9,7 @@ import {
   uniqueImage,
   WorkerWorld,
 } from '../../support/harness.js';
+import { Client } from '../../support/client.js';
 import type { RunningService } from '../../support/service.js';
 
 /** The model server's slots, as the routing file gives them. */
@@ -67,7 +67,7 @@ describe('engine slots across worker processes', () => {
       const waiting = await Promise.all(
         ids
           .filter((_, index) => fake.requestsFor(images[index]).length === 0)
-          .map(async (id) => (await (await getItem(api.baseUrl, key, id)).json()) as HistoryItemBody),
+          .map(async (id) => (await getItem(api.baseUrl, key, id)).body),
       );
 
       const items = await Promise.all(ids.map((id) => final(api.baseUrl, key, id, 60_000)));
@@ -95,10 +95,7 @@ describe('engine slots across worker processes', () => {
     // The stuck jobs are given up on, so no later run of theirs holds their slots: only the lapse of the dead
     // worker's leases can free them.
     for (const id of stuckIds) {
-      const canceled = await fetch(`${api.baseUrl}/user/generation-history/${id}/cancel`, {
-        method: 'POST',
-        headers: { Authorization: `Bearer ${key}` },
-      });
+      const canceled = await new Client(api.baseUrl, key).cancel(id);
       expect(canceled.status).toBe(200);
     }
 

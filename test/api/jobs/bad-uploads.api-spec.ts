@@ -6,8 +6,8 @@ import { createTestEnvironment, type TestEnvironment } from '../../support/envir
 import { waitUntil } from '../../support/harness.js';
 import { makeImage, withLeadingMetadata } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
-import { bearer, blackPng, file, filesUnder, listHistory, peakRssBytes } from '../../support/uploads.js';
-import { CREATE_PATH, type FormValue, type ProblemBody, postJob } from '../../support/client.js';
+import { blackPng, file, filesUnder, peakRssBytes } from '../../support/uploads.js';
+import { bearer, Client, CREATE_PATH, type FormValue, type ProblemBody, postJob } from '../../support/client.js';
 
 const MIB = 1024 * 1024;
 
@@ -23,7 +23,10 @@ interface BadUpload {
 const png = async (width = 320, height = 400): Promise<FormValue> =>
   file(await makeImage(width, height), 'image.png', 'image/png');
 
-/** A multipart body with a valid boundary that stops in the middle of the image part, never closed. */
+/**
+ * A multipart body with a valid boundary that stops in the middle of the image part, never closed: built by hand, as
+ * no client would send it.
+ */
 async function cutOffMultipart(baseUrl: string, apiKey: string): Promise<Response> {
   const boundary = '----igs-test-boundary-7d3c1f';
   const image = await makeImage(320, 400);
@@ -230,6 +233,7 @@ const BAD_UPLOADS: BadUpload[] = [
     name: 'JSON instead of multipart',
     status: 400,
     code: 'malformed_multipart',
+    // Raw HTTP: the typed client only sends multipart.
     send: async (baseUrl, key) =>
       fetch(`${baseUrl}${CREATE_PATH}`, {
         method: 'POST',
@@ -288,9 +292,9 @@ describe('job creation refusing bad uploads', () => {
 
     expect(await filesUnder(tmpDir)).toEqual([]);
     expect(await filesUnder(inputDir)).toEqual([]);
-    const history = await listHistory(sut.baseUrl, apiKey);
-    expect(history.response.status).toBe(200);
-    expect(history.total).toBe(0);
+    const history = await new Client(sut.baseUrl, apiKey).list();
+    expect(history.status).toBe(200);
+    expect(history.body.total).toBe(0);
     return body;
   }
 
@@ -354,7 +358,7 @@ describe('job creation refusing bad uploads', () => {
 
     await waitUntil(async () => (await filesUnder(tmpDir)).length === 0, 'the temporary file to be removed');
     expect(await filesUnder(inputDir)).toEqual([]);
-    expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(0);
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(0);
   }, 30_000);
 
   it('is still up and accepting jobs after all of them', async () => {
@@ -365,7 +369,7 @@ describe('job creation refusing bad uploads', () => {
 
     expect(response.status).toBe(202);
     await expectMatchesContract(response, 'POST', CREATE_PATH);
-    expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(1);
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(1);
   });
 });
 
@@ -395,6 +399,6 @@ describe('job creation when the service cannot store an upload', () => {
     expect(response.status).toBe(500);
     expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(await response.json()).toMatchObject({ status: 500, code: 'internal_error' });
-    expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(0);
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(0);
   }, 30_000);
 });

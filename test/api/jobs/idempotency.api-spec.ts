@@ -4,8 +4,15 @@ import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { makeImage } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
-import { file, listHistory } from '../../support/uploads.js';
-import { CREATE_PATH, type FormValue, type JobAcceptedBody, type ProblemBody, postJob } from '../../support/client.js';
+import { file } from '../../support/uploads.js';
+import {
+  Client,
+  CREATE_PATH,
+  type FormValue,
+  type JobAcceptedBody,
+  type ProblemBody,
+  postJob,
+} from '../../support/client.js';
 
 async function defaultJob(color = '#3a6ea5'): Promise<Record<string, FormValue>> {
   return { tool: 'default', image: file(await makeImage(320, 400, 'png', color), 'image.png', 'image/png') };
@@ -61,9 +68,9 @@ describe('Idempotency-Key on job creation', () => {
     expect(second.status).toBe(first.status);
     expect(await accepted(second)).toEqual(firstBody);
     expect(second.headers.get('location')).toBe(first.headers.get('location'));
-    const history = await listHistory(sut.baseUrl, apiKey);
-    expect(history.total).toBe(1);
-    expect(history.items.map((item) => item.history_item_id)).toEqual([firstBody.history_item_id]);
+    const history = await new Client(sut.baseUrl, apiKey).list();
+    expect(history.body.total).toBe(1);
+    expect(history.body.items.map((item) => item.history_item_id)).toEqual([firstBody.history_item_id]);
   });
 
   it('refuses the same key with other file bytes: 422 idempotency_key_reused', async () => {
@@ -74,7 +81,7 @@ describe('Idempotency-Key on job creation', () => {
     const response = await postJob(sut.baseUrl, apiKey, await defaultJob('#a53a3a'), withKey(key));
 
     await refused(response, 422, 'idempotency_key_reused');
-    expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(1);
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(1);
   });
 
   it("keeps users' keys apart: another user's request with the same key creates its own item", async () => {
@@ -86,10 +93,10 @@ describe('Idempotency-Key on job creation', () => {
     const bobsJob = await accepted(await postJob(sut.baseUrl, bob, fields, withKey(key)));
 
     expect(bobsJob.history_item_id).not.toBe(alicesJob.history_item_id);
-    expect((await listHistory(sut.baseUrl, alice)).items.map((item) => item.history_item_id)).toEqual([
+    expect((await new Client(sut.baseUrl, alice).list()).body.items.map((item) => item.history_item_id)).toEqual([
       alicesJob.history_item_id,
     ]);
-    expect((await listHistory(sut.baseUrl, bob)).items.map((item) => item.history_item_id)).toEqual([
+    expect((await new Client(sut.baseUrl, bob).list()).body.items.map((item) => item.history_item_id)).toEqual([
       bobsJob.history_item_id,
     ]);
   });
@@ -104,7 +111,7 @@ describe('Idempotency-Key on job creation', () => {
       const body = await refused(response, 400, 'validation_failed');
       expect(body.errors).toEqual([expect.objectContaining({ field: 'Idempotency-Key' })]);
     }
-    expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(0);
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(0);
   });
 
   it('accepts a key of 255 characters', async () => {
@@ -131,7 +138,7 @@ describe('Idempotency-Key on job creation', () => {
     for (const other of others) expect(other).toEqual(first);
     const losers = responses.filter((response) => response.status !== 202);
     for (const loser of losers) await refused(loser, 409, 'idempotency_in_progress');
-    expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(1);
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(1);
     // Once the first is handled, a retry gets its answer.
     expect(await accepted(await postJob(sut.baseUrl, apiKey, fields, withKey(key)))).toEqual(first);
   }, 30_000);
@@ -149,7 +156,7 @@ describe('Idempotency-Key on job creation', () => {
     const corrected = await postJob(sut.baseUrl, apiKey, await defaultJob(), withKey(key));
 
     const body = await accepted(corrected);
-    expect((await listHistory(sut.baseUrl, apiKey)).items.map((item) => item.history_item_id)).toEqual([
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.items.map((item) => item.history_item_id)).toEqual([
       body.history_item_id,
     ]);
   });

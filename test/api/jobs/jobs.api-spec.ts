@@ -5,13 +5,13 @@ import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { makeImage, makePerson, PERSON_SIZE, withLeadingMetadata } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
-import { bearer, file, UUID } from '../../support/uploads.js';
+import { file, UUID } from '../../support/uploads.js';
 import {
+  Client,
   CREATE_PATH,
   type FormValue,
   type HistoryItemBody,
   type JobAcceptedBody,
-  type ProblemBody,
   postJob,
   waitForFinal,
 } from '../../support/client.js';
@@ -132,17 +132,15 @@ describe('job creation with a worker running', () => {
     await env?.dispose();
   }, 60_000);
 
-  async function getItem(id: string, key = apiKey): Promise<Response> {
-    return fetch(`${sut.baseUrl}/user/generation-history/${id}`, { headers: bearer(key) });
-  }
+  const getItem = (id: string, key = apiKey) => new Client(sut.baseUrl, key).get(id);
 
   /** Polls to a final status, then reads the item once more through the contract. */
   async function completedItem(id: string): Promise<HistoryItemBody> {
     const final = await waitForFinal(sut.baseUrl, apiKey, id, POLL_TIMEOUT_MS);
     expect(final).toMatchObject({ status: 'complete', error: null });
-    const response = await getItem(id);
-    expect(response.status).toBe(200);
-    return (await expectMatchesContract(response, 'GET', '/user/generation-history/{id}')) as HistoryItemBody;
+    const answer = await getItem(id);
+    expect(answer.status).toBe(200);
+    return answer.body;
   }
 
   async function getMedia(path: string, contentType: string): Promise<Buffer> {
@@ -289,23 +287,17 @@ describe('job creation with a worker running', () => {
     expect(othersAnswer.status).toBe(404);
     expect(missingAnswer.status).toBe(404);
     expect(othersAnswer.headers.get('content-type')).toBe(missingAnswer.headers.get('content-type'));
-    const othersBody = (await expectMatchesContract(
-      othersAnswer,
-      'GET',
-      '/user/generation-history/{id}',
-    )) as ProblemBody;
-    const missingBody = await expectMatchesContract(missingAnswer, 'GET', '/user/generation-history/{id}');
-    expect(othersBody).toEqual(missingBody);
+    const othersBody = othersAnswer.body;
+    expect(othersBody).toEqual(missingAnswer.body);
     expect(othersBody.code).toBe('not_found');
     // The owner still sees it.
     expect((await getItem(accepted.history_item_id)).status).toBe(200);
   });
 
   it('answers an id that is not a UUID with 400', async () => {
-    const response = await getItem('not-a-uuid');
+    const { status, body } = await getItem('not-a-uuid');
 
-    expect(response.status).toBe(400);
-    const body = (await expectMatchesContract(response, 'GET', '/user/generation-history/{id}')) as ProblemBody;
+    expect(status).toBe(400);
     expect(body.code).toBe('validation_failed');
     expect(body.errors).toEqual([expect.objectContaining({ field: 'id' })]);
   });
@@ -330,12 +322,9 @@ describe('a job while it is pending (no worker running)', () => {
   it('has no result paths yet, and its media paths answer 404', async () => {
     const accepted = await expectAccepted(await postJob(sut.baseUrl, apiKey, await fieldsFor(VARIANTS[0])));
 
-    const response = await fetch(`${sut.baseUrl}/user/generation-history/${accepted.history_item_id}`, {
-      headers: bearer(apiKey),
-    });
+    const { status, body: item } = await new Client(sut.baseUrl, apiKey).get(accepted.history_item_id);
 
-    expect(response.status).toBe(200);
-    const item = (await expectMatchesContract(response, 'GET', '/user/generation-history/{id}')) as HistoryItemBody;
+    expect(status).toBe(200);
     expect(item).toEqual({
       history_item_id: accepted.history_item_id,
       tool: 'fashion_swap',

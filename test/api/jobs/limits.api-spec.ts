@@ -3,8 +3,8 @@ import { createTestEnvironment, type TestEnvironment } from '../../support/envir
 import { inputsFor } from '../../support/jobs.js';
 import { rawExchange } from '../../support/raw-http.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
-import { bearer, filesUnder, itemsWithInputs, listHistory, retryAfterSeconds } from '../../support/uploads.js';
-import { CREATE_PATH, type ProblemBody, postJob } from '../../support/client.js';
+import { filesUnder, itemsWithInputs, retryAfterSeconds } from '../../support/uploads.js';
+import { Client, CREATE_PATH, type ProblemBody, postJob } from '../../support/client.js';
 
 async function expectTooManyRequests(response: Response, code: string): Promise<ProblemBody> {
   expect(response.status).toBe(429);
@@ -46,9 +46,9 @@ describe('per-user limits on job creation', () => {
 
       await expectTooManyRequests(response, 'too_many_pending');
       expect(retryAfterSeconds(response)).toBeGreaterThanOrEqual(1);
-      const history = await listHistory(sut.baseUrl, apiKey);
-      expect(history.total).toBe(2);
-      expect(history.items.map((item) => item.status)).toEqual(['pending', 'pending']);
+      const history = await new Client(sut.baseUrl, apiKey).list();
+      expect(history.body.total).toBe(2);
+      expect(history.body.items.map((item) => item.status)).toEqual(['pending', 'pending']);
       // The refused upload is neither kept as a temporary file nor stored as an input.
       expect(await filesUnder(env.serviceEnv.UPLOAD_TMP_DIR)).toEqual([]);
       expect(await itemsWithInputs(env.serviceEnv.INPUT_ROOT)).toEqual(storedBefore);
@@ -72,10 +72,10 @@ describe('per-user limits on job creation', () => {
         );
       }
       for (const response of refused) await expectTooManyRequests(response, 'too_many_pending');
-      const pending = await listHistory(sut.baseUrl, apiKey, '?status=pending');
-      expect(pending.total).toBe(2);
-      expect(pending.items.map((item) => item.history_item_id).sort()).toEqual([...ids].sort());
-      expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(2);
+      const pending = await new Client(sut.baseUrl, apiKey).list('status=pending');
+      expect(pending.body.total).toBe(2);
+      expect(pending.body.items.map((item) => item.history_item_id).sort()).toEqual([...ids].sort());
+      expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(2);
       // Only the two accepted jobs keep inputs; the refused ones were cleaned up.
       expect(await itemsWithInputs(env.serviceEnv.INPUT_ROOT)).toEqual(new Set([...storedBefore, ...ids]));
       expect(await filesUnder(env.serviceEnv.UPLOAD_TMP_DIR)).toEqual([]);
@@ -106,10 +106,7 @@ describe('per-user limits on job creation', () => {
       for (let i = 0; i < 3; i++)
         await expectTooManyRequests(await postJob(sut.baseUrl, apiKey, fields), 'too_many_pending');
       const { history_item_id: firstId } = (await first.json()) as { history_item_id: string };
-      const deleted = await fetch(`${sut.baseUrl}/user/generation-history/${firstId}`, {
-        method: 'DELETE',
-        headers: bearer(apiKey),
-      });
+      const deleted = await new Client(sut.baseUrl, apiKey).delete(firstId);
       expect(deleted.status).toBe(204);
 
       const second = await postJob(sut.baseUrl, apiKey, fields);
@@ -143,7 +140,7 @@ describe('per-user limits on job creation', () => {
 
       await expectTooManyRequests(response, 'rate_limited');
       expect(retryAfterSeconds(response)).toBeGreaterThanOrEqual(1);
-      expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(3);
+      expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(3);
       // The budget is the user's own: another user is unaffected.
       expect((await postJob(sut.baseUrl, otherKey, fields)).status).toBe(202);
     }, 15_000);
@@ -190,7 +187,7 @@ describe('per-user limits on job creation', () => {
       for (let i = 0; i < 2; i++) expect((await postJob(sut.baseUrl, apiKey, fields)).status).toBe(202);
 
       await expectTooManyRequests(await postJob(sut.baseUrl, apiKey, fields), 'rate_limited');
-      expect((await listHistory(sut.baseUrl, apiKey)).total).toBe(3);
+      expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(3);
     }, 15_000);
   });
 });

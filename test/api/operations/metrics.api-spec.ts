@@ -3,9 +3,8 @@ import { createTestEnvironment, type TestEnvironment } from '../../support/envir
 import { type FakeCog, startFakeCog } from '../../support/fake-cog.js';
 import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../../support/service.js';
-import { bearer } from '../../support/uploads.js';
 import { type Sample, scrape, valueOf } from '../../support/prometheus.js';
-import { type JobAcceptedBody, postJob, waitForFinal } from '../../support/client.js';
+import { Client, type JobAcceptedBody, postJob, waitForFinal } from '../../support/client.js';
 
 const UUID_ANYWHERE = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i;
 const HTTP_COUNT = 'http_request_duration_seconds_count';
@@ -52,10 +51,11 @@ describe('metrics on METRICS_PORT', () => {
     const route = { method: 'GET', route: '/user/generation-history/:id' };
     const before = await scrape(metricsUrl);
 
-    for (let i = 0; i < 3; i++)
-      await fetch(`${sut.baseUrl}/user/generation-history/${randomUUID()}`, { headers: bearer(apiKey) });
+    const client = new Client(sut.baseUrl, apiKey);
+    for (let i = 0; i < 3; i++) await client.get(randomUUID());
+    // Without credentials: a request no client makes.
     await fetch(`${sut.baseUrl}/user/generation-history/${randomUUID()}`);
-    await fetch(`${sut.baseUrl}/generation/tools`, { headers: bearer(apiKey) });
+    await client.tools();
     await fetch(`${sut.baseUrl}/no/such/${randomUUID()}`);
 
     const after = await scrape(metricsUrl);

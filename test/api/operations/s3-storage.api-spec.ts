@@ -3,9 +3,9 @@ import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
-import { bearer, filesUnder } from '../../support/uploads.js';
+import { filesUnder } from '../../support/uploads.js';
 import { type S3Server, startS3Server } from '../../support/s3rver.js';
-import { type JobAcceptedBody, postJob, waitForFinal } from '../../support/client.js';
+import { Client, type JobAcceptedBody, postJob, waitForFinal } from '../../support/client.js';
 
 /** An API and a worker that share nothing but the database, Redis and the bucket, as on two hosts. */
 describe('the service with STORAGE=s3', () => {
@@ -70,10 +70,7 @@ describe('the service with STORAGE=s3', () => {
     expect(fromBucket.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
     expect(Buffer.from(await fromBucket.arrayBuffer()).equals(stock)).toBe(true);
 
-    const deleted = await fetch(`${api.baseUrl}/user/generation-history/${id}`, {
-      method: 'DELETE',
-      headers: bearer(apiKey),
-    });
+    const deleted = await new Client(api.baseUrl, apiKey).delete(id);
     expect(deleted.status).toBe(204);
     expect(await s3.keys(`media/${id}/`)).toEqual([]);
     expect((await fetch(`${api.baseUrl}/${stock_image}`)).status).toBe(404);

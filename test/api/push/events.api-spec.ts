@@ -12,7 +12,7 @@ import {
 } from '../../support/harness.js';
 import type { RunningService } from '../../support/service.js';
 import { type OpenStream, openStream } from '../../support/event-stream.js';
-import { type HistoryItemBody, postJob } from '../../support/client.js';
+import { Client, type HistoryItemBody, postJob } from '../../support/client.js';
 
 const statusesOf = (stream: OpenStream) =>
   stream.events.map((event) => (event.data as HistoryItemBody).status ?? event.event);
@@ -66,11 +66,7 @@ describe('push: event streams, Prefer: wait and cancel', () => {
           expect(stream.events.every((event) => event.event === 'item')).toBe(true);
         }
         // Each event is the item exactly as GET answers it (which the contract check validates).
-        const item = await expectMatchesContract(
-          await getItem(apiA.baseUrl, user.key, id),
-          'GET',
-          '/user/generation-history/{id}',
-        );
+        const item = (await getItem(apiA.baseUrl, user.key, id)).body;
         expect(onA.events.at(-1)!.data).toEqual(item);
       } finally {
         onA.close();
@@ -103,13 +99,11 @@ describe('push: event streams, Prefer: wait and cancel', () => {
     it("answers another user's item 404, as a missing one", async () => {
       const id = await submit(apiA.baseUrl, user.key, await uniqueImage());
       try {
-        const response = await fetch(`${apiA.baseUrl}/user/generation-history/${id}/events`, {
-          headers: { Authorization: `Bearer ${otherUser.key}` },
-        });
+        const answer = await new Client(apiA.baseUrl, otherUser.key).events(id);
 
-        expect(response.status).toBe(404);
-        expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
-        expect(((await response.json()) as { code: string }).code).toBe('not_found');
+        expect(answer.status).toBe(404);
+        expect(answer.contentType).toBe('application/problem+json');
+        expect(answer.body?.code).toBe('not_found');
       } finally {
         await world.queue.getJob(id).then((job) => job?.remove());
       }
@@ -123,10 +117,7 @@ describe('push: event streams, Prefer: wait and cancel', () => {
         const others = await submit(apiA.baseUrl, otherUser.key, await uniqueImage());
         const id = await submit(apiA.baseUrl, user.key, await uniqueImage());
         await withWorker(() => final(apiA.baseUrl, user.key, id));
-        await fetch(`${apiA.baseUrl}/user/generation-history/${id}`, {
-          method: 'DELETE',
-          headers: { Authorization: `Bearer ${user.key}` },
-        });
+        await new Client(apiA.baseUrl, user.key).delete(id);
         await waitUntil(() => mine.events.some((event) => event.event === 'deleted'), 'the deleted event');
 
         // The worker may also finish jobs earlier tests of this file left pending: only this job's events are counted.
@@ -149,28 +140,24 @@ describe('push: event streams, Prefer: wait and cancel', () => {
   describe('Prefer: wait', () => {
     it('on the item GET, answers as soon as the job ends, with Preference-Applied', async () => {
       const id = await submit(apiA.baseUrl, user.key, await uniqueImage());
-      const answer = fetch(`${apiB.baseUrl}/user/generation-history/${id}`, {
-        headers: { Authorization: `Bearer ${user.key}`, Prefer: 'wait=30' },
-      });
+      const held = new Client(apiB.baseUrl, user.key).get(id, 30);
       // The job cannot end before a worker runs it: the answer must still be held once the worker is up.
-      const response = await withWorker(() => answer);
+      const answer = await withWorker(() => held);
 
-      expect(response.status).toBe(200);
-      expect(response.headers.get('preference-applied')).toBe('wait=30');
+      expect(answer.status).toBe(200);
+      expect(answer.headers.get('preference-applied')).toBe('wait=30');
       // Answered with the ended item, not the pending one the 30 s wait would end with.
-      expect(((await response.json()) as HistoryItemBody).status).toBe('complete');
+      expect(answer.body.status).toBe('complete');
     }, 60_000);
 
     it('on the item GET, answers the pending item after N seconds when the job has not ended', async () => {
       const id = await submit(apiA.baseUrl, user.key, await uniqueImage());
       try {
         const started = Date.now();
-        const response = await fetch(`${apiA.baseUrl}/user/generation-history/${id}`, {
-          headers: { Authorization: `Bearer ${user.key}`, Prefer: 'wait=1' },
-        });
+        const answer = await new Client(apiA.baseUrl, user.key).get(id, 1);
 
-        expect(response.status).toBe(200);
-        expect(((await response.json()) as HistoryItemBody).status).toBe('pending');
+        expect(answer.status).toBe(200);
+        expect(answer.body.status).toBe('pending');
         expect(Date.now() - started).toBeGreaterThanOrEqual(1000);
       } finally {
         await world.queue.getJob(id).then((job) => job?.remove());
@@ -194,21 +181,15 @@ describe('push: event streams, Prefer: wait and cancel', () => {
     }, 60_000);
 
     it('refuses a wait outside 1..60 with 400 naming Prefer, before reading the upload', async () => {
-      const response = await fetch(`${apiA.baseUrl}/user/generation-history/${crypto.randomUUID()}`, {
-        headers: { Authorization: `Bearer ${user.key}`, Prefer: 'wait=61' },
-      });
+      const answer = await new Client(apiA.baseUrl, user.key).get(crypto.randomUUID(), 61);
 
-      expect(response.status).toBe(400);
-      expect(await response.json()).toMatchObject({ code: 'validation_failed', errors: [{ field: 'Prefer' }] });
+      expect(answer.status).toBe(400);
+      expect(answer.body).toMatchObject({ code: 'validation_failed', errors: [{ field: 'Prefer' }] });
     });
   });
 
   describe('POST /user/generation-history/{id}/cancel', () => {
-    const cancel = (api: RunningService, key: string, id: string) =>
-      fetch(`${api.baseUrl}/user/generation-history/${id}/cancel`, {
-        method: 'POST',
-        headers: { Authorization: `Bearer ${key}` },
-      });
+    const cancel = (api: RunningService, key: string, id: string) => new Client(api.baseUrl, key).cancel(id);
 
     it('ends a queued job as canceled; it never runs, and its stream says so', async () => {
       const image = await uniqueImage();
@@ -219,8 +200,7 @@ describe('push: event streams, Prefer: wait and cancel', () => {
       await stream.ended;
 
       expect(response.status).toBe(200);
-      const item = await expectMatchesContract(response, 'POST', '/user/generation-history/{id}/cancel');
-      expect(item).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+      expect(response.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
       expect(statusesOf(stream)).toEqual(['pending', 'error']);
       await withWorker(() => new Promise((resolve) => setTimeout(resolve, 1500)));
       expect(world.fake.requestsFor(image)).toEqual([]);
@@ -240,7 +220,7 @@ describe('push: event streams, Prefer: wait and cancel', () => {
         await world.fake.waitFor(() => world.fake.requestsFor(image)[0].aborted, 'the engine call to be aborted');
       });
       world.fake.behave(() => ({ kind: 'succeed' }));
-      const item = (await (await getItem(apiA.baseUrl, user.key, id)).json()) as HistoryItemBody;
+      const item = (await getItem(apiA.baseUrl, user.key, id)).body;
       expect(item).toMatchObject({ status: 'error', error: { code: 'canceled' } });
       expect(world.fake.requestsFor(image)).toHaveLength(1);
       await expectNoMedia(world.env, apiA.baseUrl, id);
@@ -254,9 +234,9 @@ describe('push: event streams, Prefer: wait and cancel', () => {
       const foreign = await cancel(apiA, otherUser.key, id);
 
       expect(again.status).toBe(409);
-      expect(((await again.json()) as { code: string }).code).toBe('not_pending');
+      expect(again.body.code).toBe('not_pending');
       expect(foreign.status).toBe(404);
-      expect(await (await getItem(apiA.baseUrl, user.key, id)).json()).toMatchObject({ status: 'complete' });
+      expect((await getItem(apiA.baseUrl, user.key, id)).body).toMatchObject({ status: 'complete' });
     }, 60_000);
   });
 });

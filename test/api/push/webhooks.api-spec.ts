@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
-import { type HistoryItemBody, postJob } from '../../support/client.js';
+import { Client, type HistoryItemBody, postJob } from '../../support/client.js';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createUser, query, uniqueImage, waitUntil, WorkerWorld } from '../../support/harness.js';
 import type { RunningService } from '../../support/service.js';
@@ -56,10 +56,7 @@ async function startReceiver(): Promise<{
 
 /** The item, read as its owner. */
 async function itemOf(api: RunningService, key: string, id: string): Promise<HistoryItemBody> {
-  const response = await fetch(`${api.baseUrl}/user/generation-history/${id}`, {
-    headers: { Authorization: `Bearer ${key}` },
-  });
-  return (await expectMatchesContract(response, 'GET', '/user/generation-history/{id}')) as HistoryItemBody;
+  return (await new Client(api.baseUrl, key).get(id)).body;
 }
 
 describe('webhooks', () => {
@@ -91,10 +88,7 @@ describe('webhooks', () => {
   }, 60_000);
 
   async function secret(): Promise<string> {
-    const response = await fetch(`${api.baseUrl}/user/webhook-secret`, {
-      headers: { Authorization: `Bearer ${user.key}` },
-    });
-    return ((await expectMatchesContract(response, 'GET', '/user/webhook-secret')) as { secret: string }).secret;
+    return (await new Client(api.baseUrl, user.key).webhookSecret()).body.secret;
   }
 
   async function jobWithWebhook(url = receiver.url): Promise<string> {
@@ -148,12 +142,7 @@ describe('webhooks', () => {
 
   it('signs with both secrets for a while after a rotation, so a receiver on either verifies', async () => {
     const old = await secret();
-    const rotated = await fetch(`${api.baseUrl}/user/webhook-secret/rotate`, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${user.key}` },
-    });
-    const fresh = ((await expectMatchesContract(rotated, 'POST', '/user/webhook-secret/rotate')) as { secret: string })
-      .secret;
+    const fresh = (await new Client(api.baseUrl, user.key).rotateWebhookSecret()).body.secret;
     expect(fresh).not.toBe(old);
     expect(await secret()).toBe(fresh);
     const before = receiver.received.length;

@@ -7,6 +7,8 @@ import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { postJob } from '../../support/client.js';
 
+// Raw requests throughout: this file is about the Authorization header itself.
+
 /** One of each way to get a 401: no header, another scheme, a malformed key, an unknown key, no key at all. */
 const WRONG_AUTHORIZATIONS: Record<string, string>[] = [
   {},

@@ -193,6 +193,7 @@ interface Fixtures {
   itemIds: string[];
 }
 
+/** Authorization headers as a fuzzer sends them (raw requests: most are what no client would send). */
 function authorization(keys: string[]): fc.Arbitrary<Record<string, string>> {
   return fc.oneof(
     { weight: 8, arbitrary: fc.constantFrom(...keys).map((key) => ({ Authorization: `Bearer ${key}` })) },

@@ -3,7 +3,7 @@ import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
-import { postJob, waitForFinal } from '../../support/client.js';
+import { bearer, postJob, waitForFinal } from '../../support/client.js';
 
 /** Helmet's headers that every response carries, whatever it is. */
 const ON_EVERY_RESPONSE: Record<string, string | RegExp> = {
@@ -66,7 +66,8 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
     await env?.dispose();
   }, 60_000);
 
-  const auth = () => ({ Authorization: `Bearer ${apiKey}` });
+  // Raw requests: this file is about the headers themselves, on every kind of answer.
+  const auth = () => bearer(apiKey);
 
   /** One request of every kind: success and error, API and media, JSON, YAML, problem and image. */
   function everyKind(): { what: string; send: () => Promise<Response> }[] {

@@ -6,7 +6,7 @@ import { createTestEnvironment, type TestEnvironment } from '../../support/envir
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { filesUnder } from '../../support/uploads.js';
 import { asFetchResponse, type RawExchange, rawExchange, requestHead } from '../../support/raw-http.js';
-import { CREATE_PATH } from '../../support/client.js';
+import { bearer, Client, CREATE_PATH } from '../../support/client.js';
 
 /**
  * Hostile multipart bodies, sent byte for byte over raw sockets. Every one is refused with a 4xx problem, or,
@@ -222,10 +222,11 @@ describe('hostile multipart bodies on job creation', () => {
   let apiKey: string;
   let warmRss: number;
 
+  /** Raw HTTP over a socket: these bodies are what no client library would send. */
   function send(request: Send): Promise<RawExchange> {
     const bytes = Buffer.isBuffer(request.body) ? request.body : Buffer.from(request.body, 'latin1');
     const head = requestHead('POST', CREATE_PATH, {
-      Authorization: `Bearer ${apiKey}`,
+      ...bearer(apiKey),
       'Content-Type': request.contentType ?? MULTIPART,
       'Content-Length': String(request.contentLength ?? bytes.length),
     });
@@ -333,7 +334,7 @@ describe('hostile multipart bodies on job creation', () => {
   it('is still up, serving, without temporary files, and its memory stayed flat', async () => {
     expect(sut.process.exitCode).toBeNull();
     expect((await fetch(`${sut.baseUrl}/health/live`)).status).toBe(200);
-    const tools = await fetch(`${sut.baseUrl}/generation/tools`, { headers: { Authorization: `Bearer ${apiKey}` } });
+    const tools = await new Client(sut.baseUrl, apiKey).tools();
     expect(tools.status).toBe(200);
     await expectNoTemporaryFiles();
 

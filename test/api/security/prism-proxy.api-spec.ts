@@ -314,6 +314,7 @@ describe('the contract holds for live traffic through prism proxy', () => {
 
   async function check(prism: Prism, request: Case): Promise<Checked> {
     const key = request.key ?? 'user';
+    // Raw requests through the proxy: the proxy, not the typed client, checks them against the contract.
     const headers: Record<string, string> =
       key === 'none' ? {} : { Authorization: `Bearer ${key === 'wrong' ? 'igs_wrong' : keys[key]}` };
     let body: string | undefined;

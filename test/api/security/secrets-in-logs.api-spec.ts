@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { generateApiKey, lookupPrefix } from '../../../src/common/api-key.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
-import { type FormValue, postJob } from '../../support/client.js';
+import { bearer, type FormValue, postJob } from '../../support/client.js';
 
 /** Query parameters a client might put a key into; none of them is ever read. */
 const KEY_PARAMETERS = ['api_key', 'apikey', 'key', 'access_token', 'token', 'authorization', 'Authorization'];
@@ -78,27 +78,28 @@ describe('API keys outside the Authorization header, and in logs', () => {
     const keys = [validKey, otherKey, unknownKey, forgedKey];
     const send = (path: string, init: RequestInit = {}) =>
       fetch(`${sut.baseUrl}${path}`, init).then((r) => r.arrayBuffer());
+    // Raw requests: the key goes where no client would put it, and forged keys are sent too.
     for (const key of keys) {
-      const bearer = { Authorization: `Bearer ${key}` };
+      const authorization = bearer(key);
       for (const path of paths()) {
         const separator = path.includes('?') ? '&' : '?';
-        await send(path, { headers: { ...bearer, ...freshAddress() } });
+        await send(path, { headers: { ...authorization, ...freshAddress() } });
         await send(`${path}${separator}api_key=${key}&access_token=${key}`, { headers: freshAddress() });
-        await send(`${path}${separator}api_key=${key}`, { headers: { ...bearer, ...freshAddress() } });
+        await send(`${path}${separator}api_key=${key}`, { headers: { ...authorization, ...freshAddress() } });
       }
       // In the path, as the request id, as an idempotency key, in bodies: all of them client mistakes.
-      await send(`/user/generation-history/${key}`, { headers: { ...bearer, ...freshAddress() } });
+      await send(`/user/generation-history/${key}`, { headers: { ...authorization, ...freshAddress() } });
       await send(`/media/${key}/preview.webp`, { headers: freshAddress() });
-      await send(`/no/such/route/${key}?key=${key}`, { headers: { ...bearer, ...freshAddress() } });
-      await send('/generation/tools', { headers: { ...bearer, 'X-Request-Id': key, ...freshAddress() } });
+      await send(`/no/such/route/${key}?key=${key}`, { headers: { ...authorization, ...freshAddress() } });
+      await send('/generation/tools', { headers: { ...authorization, 'X-Request-Id': key, ...freshAddress() } });
       await send(`/user/generation-history/feedback/${randomUUID()}`, {
         method: 'PATCH',
-        headers: { ...bearer, 'Content-Type': 'application/json', ...freshAddress() },
+        headers: { ...authorization, 'Content-Type': 'application/json', ...freshAddress() },
         body: JSON.stringify({ like: key }),
       });
       await send(`/user/generation-history/feedback/${randomUUID()}`, {
         method: 'PATCH',
-        headers: { ...bearer, 'Content-Type': 'application/json', ...freshAddress() },
+        headers: { ...authorization, 'Content-Type': 'application/json', ...freshAddress() },
         body: `{"like": "${key}`,
       });
       const fields: Record<string, FormValue> = { tool: key, [key]: key, api_key: key };

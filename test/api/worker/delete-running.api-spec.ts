@@ -1,6 +1,7 @@
 import type Bull from 'bull';
 import type { TestEnvironment } from '../../support/environment.js';
 import type { FakeCog } from '../../support/fake-cog.js';
+import { Client } from '../../support/client.js';
 import type { RunningService } from '../../support/service.js';
 import {
   cogEngine,
@@ -43,12 +44,7 @@ describe('deleting an item while its job runs', () => {
     await world?.dispose();
   }, 60_000);
 
-  function remove(id: string): Promise<Response> {
-    return fetch(`${api.baseUrl}/user/generation-history/${id}`, {
-      method: 'DELETE',
-      headers: { Authorization: `Bearer ${key}` },
-    });
-  }
+  const remove = (id: string) => new Client(api.baseUrl, key).delete(id);
 
   /** Reads the item's media paths and its media folder over and over until stopped; collects what it saw. */
   function watchMedia(id: string): { stop(): Promise<string[]> } {
@@ -112,7 +108,7 @@ describe('deleting an item while its job runs', () => {
     expect((await getItem(api.baseUrl, key, queuedId)).status).toBe(404);
     expect(await storedInputs(env, queuedId)).toEqual([]);
     expect(await pathExists(mediaFolder(env, queuedId))).toBe(false);
-    const survivor = (await (await getItem(api.baseUrl, key, runningId)).json()) as { status: string };
+    const survivor = (await getItem(api.baseUrl, key, runningId)).body;
     expect(survivor.status).toBe('complete');
   }, 60_000);
 });
