@@ -2,7 +2,10 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { lookupPrefix } from '../../src/common/api-key.js';
 import { CATALOG } from '../../src/catalog/catalog.js';
+import { createJob, waitForFinal } from './client.js';
 import { expectMatchesContract } from './contract.js';
+import { inputsFor } from './jobs.js';
+import { startService } from './service.js';
 
 export type Status = 'pending' | 'complete' | 'error';
 
@@ -94,4 +97,31 @@ export async function fetchMedia(baseUrl: string, path: string): Promise<{ statu
   await expectMatchesContract(response, 'GET', '/media/{id}/{file}');
   if (!response.bodyUsed) await response.arrayBuffer();
   return { status: response.status, bytes };
+}
+
+/**
+ * Complete items of the key's user, one per tool given: created through the API at `apiBaseUrl` (ROLE=api) and
+ * run by a worker started for them and stopped again, so jobs the tests create later stay pending instead of
+ * taking the CPU from the answers under test.
+ */
+export async function completeItems(
+  apiBaseUrl: string,
+  serviceEnv: Record<string, string>,
+  apiKey: string,
+  tools: string[],
+): Promise<string[]> {
+  const worker = await startService({ ...serviceEnv, ROLE: 'worker' });
+  try {
+    const ids: string[] = [];
+    for (const tool of tools) {
+      const id = await createJob(apiBaseUrl, apiKey, await inputsFor(tool));
+      const item = await waitForFinal(apiBaseUrl, apiKey, id);
+      if (item.status !== 'complete')
+        throw new Error(`the ${tool} job ended as ${item.status}: ${JSON.stringify(item.error)}`);
+      ids.push(id);
+    }
+    return ids;
+  } finally {
+    await worker.stop();
+  }
 }

@@ -3,7 +3,7 @@ import sharp from 'sharp';
 import { CARD_HEIGHT, CARD_WIDTH } from '../../../src/engines/index.js';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { makeImage, makePerson, PERSON_SIZE, withLeadingMetadata } from '../../support/jobs.js';
+import { imageInputsOf, makeImage, makePerson, PERSON_SIZE, withLeadingMetadata } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { file, UUID } from '../../support/uploads.js';
 import {
@@ -46,47 +46,41 @@ interface Variant {
   /** Sent as `generation_type` when given; otherwise the tool's default applies. */
   sent?: string;
   generationType: string;
-  inputs: string[];
   texts?: Record<string, string>;
   /** Size of the full-resolution result. */
   stock: Size;
 }
 
 const VARIANTS: Variant[] = [
-  { tool: 'fashion_swap', generationType: 'fashion_swap_full', inputs: ['clothes', 'person'], stock: SIZES.person },
+  { tool: 'fashion_swap', generationType: 'fashion_swap_full', stock: SIZES.person },
   {
     tool: 'fashion_swap_half',
     sent: 'upper',
     generationType: 'upper',
-    inputs: ['clothes', 'person'],
     stock: SIZES.person,
   },
   {
     tool: 'fashion_swap_half',
     sent: 'lower',
     generationType: 'lower',
-    inputs: ['clothes', 'person'],
     stock: SIZES.person,
   },
   {
     tool: 'fashion_card',
     generationType: 'product_card',
-    inputs: ['clothes'],
     stock: { width: CARD_WIDTH, height: CARD_HEIGHT },
   },
   {
     tool: 'lengerie',
     sent: 'lengerie_swap',
     generationType: 'lengerie_swap',
-    inputs: ['clothes', 'person'],
     stock: SIZES.person,
   },
-  { tool: 'furniture', generationType: 'furniture_placement', inputs: ['room', 'furniture'], stock: SIZES.room },
-  { tool: 'fabric', generationType: 'fabric_retexture', inputs: ['fabric', 'target'], stock: SIZES.target },
+  { tool: 'furniture', generationType: 'furniture_placement', stock: SIZES.room },
+  { tool: 'fabric', generationType: 'fabric_retexture', stock: SIZES.target },
   {
     tool: 'default',
     generationType: 'enhance',
-    inputs: ['image'],
     texts: { prompt: 'Brighter, warmer light; keep the colours natural.' },
     stock: SIZES.image,
   },
@@ -96,7 +90,7 @@ async function fieldsFor(variant: Variant): Promise<Record<string, FormValue>> {
   const colors = ['#a53a3a', '#3a6ea5'];
   const fields: Record<string, FormValue> = { tool: variant.tool };
   if (variant.sent) fields.generation_type = variant.sent;
-  for (const [index, name] of variant.inputs.entries()) fields[name] = await png(name, colors[index % 2]);
+  for (const [index, name] of imageInputsOf(variant.tool).entries()) fields[name] = await png(name, colors[index % 2]);
   return { ...fields, ...variant.texts };
 }
 

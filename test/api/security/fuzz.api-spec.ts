@@ -5,7 +5,7 @@ import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { makeImage } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
-import { completeItems } from '../../support/items.js';
+import { completeItems } from '../../support/history.js';
 
 /**
  * Requests generated from the contract, valid and broken, for every operation: no answer is a 5xx, and every

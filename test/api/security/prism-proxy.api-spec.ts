@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../../support/service.js';
-import { completeItems } from '../../support/items.js';
+import { completeItems } from '../../support/history.js';
 import { postJob } from '../../support/client.js';
 
 /**
