@@ -129,7 +129,7 @@ describe('per-user limits on job creation', () => {
     }, 60_000);
 
     // When a refused client may retry, to the second, is src/generation/limits.spec.ts's and
-    // test/generation/creation-rate-limit.e2e-spec.ts's to prove.
+    // test/integration/creation-rate-limit.int-spec.ts's to prove.
     it('refuses the 4th creation in the minute with 429 rate_limited and a Retry-After', async () => {
       const apiKey = await createUserWithKey(env.databaseUrl);
       const otherKey = await createUserWithKey(env.databaseUrl);
