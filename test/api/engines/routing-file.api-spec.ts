@@ -50,7 +50,7 @@ describe('the routing file at boot', () => {
     beforeAll(async () => {
       service = await startService({ ...env.serviceEnv, ROLE: 'api', ENGINES_FILE: EXAMPLE, ...EXAMPLE_ENV });
       key = await createUserWithKey(env.databaseUrl);
-    });
+    }, 60_000);
 
     afterAll(async () => {
       await service?.stop();
