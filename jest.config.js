@@ -7,12 +7,17 @@ const common = {
   testEnvironment: 'node',
 };
 
+/** One project per tier: a test's folder is its tier, and its file suffix names the tier too. */
+const tier = (displayName, testMatch) => ({ ...common, displayName, testMatch: [testMatch] });
+
 export default {
   projects: [
-    { ...common, displayName: 'unit', testMatch: ['<rootDir>/src/**/*.spec.ts'] },
-    { ...common, displayName: 'integration', testMatch: ['<rootDir>/test/integration/**/*.int-spec.ts'] },
-    { ...common, displayName: 'e2e', testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'] },
-    { ...common, displayName: 'contract', testMatch: ['<rootDir>/test/**/*.contract-spec.ts'] },
-    { ...common, displayName: 'faults', testMatch: ['<rootDir>/test/faults/**/*.faults-spec.ts'] },
+    tier('unit', '<rootDir>/src/**/*.spec.ts'),
+    tier('integration', '<rootDir>/test/integration/**/*.int-spec.ts'),
+    tier('api', '<rootDir>/test/api/**/*.api-spec.ts'),
+    tier('browser', '<rootDir>/test/browser/**/*.browser-spec.ts'),
+    tier('deploy', '<rootDir>/test/deploy/**/*.deploy-spec.ts'),
+    tier('contract', '<rootDir>/test/contract/**/*.contract-spec.ts'),
+    tier('faults', '<rootDir>/test/faults/**/*.faults-spec.ts'),
   ],
 };

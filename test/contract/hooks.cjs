@@ -65,7 +65,7 @@ const UNAVAILABLE =
 
 const EVENT_STREAM =
   'Dredd cannot speak the protocol: it reads an answer to its end and compares it whole, and an event stream ' +
-  'is open-ended; test/push/push.e2e-spec.ts reads these streams event by event (first event, changes on any ' +
+  'is open-ended; test/api/push/events.api-spec.ts reads these streams event by event (first event, changes on any ' +
   'replica, the end after the final state, heartbeats)';
 
 /** Responses that cannot be provoked deterministically against the real service. These stay skipped. */

@@ -14,9 +14,17 @@ import {
   WorkerWorld,
 } from '../support/harness.js';
 import type { RunningService } from '../support/service.js';
-import { type Answer, expectUnavailableProblem, millisSince, percentile, report, tally, timed } from './observe.js';
-import { type PrivateServer, startPrivatePostgres } from './private-servers.js';
-import { postJob } from '../support/client.js';
+import {
+  type Answer,
+  expectUnavailableProblem,
+  millisSince,
+  percentile,
+  report,
+  tally,
+  timed,
+} from '../support/observe.js';
+import { type PrivateServer, startPrivatePostgres } from '../support/private-servers.js';
+import { bearer, Client, postJob } from '../support/client.js';
 
 const DOWN_MS = 4000;
 const CLIENTS = 3;
@@ -68,10 +76,10 @@ describe('PostgreSQL restarted under a running service', () => {
     await postgres.stop();
     const downAt = millisSince(started);
     const answers: Answer[] = [];
-    const bearer = { Authorization: `Bearer ${key}` };
+    // Raw requests: every answer is recorded as it came, whatever it is.
     const requests: [string, () => Promise<Response>][] = [
-      ['GET item', () => getItem(api.baseUrl, key, before)],
-      ['GET list', () => fetch(`${api.baseUrl}/user/generation-history?limit=5`, { headers: bearer })],
+      ['GET item', () => fetch(`${api.baseUrl}/user/generation-history/${before}`, { headers: bearer(key) })],
+      ['GET list', () => fetch(`${api.baseUrl}/user/generation-history?limit=5`, { headers: bearer(key) })],
       [
         'POST job',
         async () =>
@@ -85,7 +93,7 @@ describe('PostgreSQL restarted under a running service', () => {
         () =>
           fetch(`${api.baseUrl}/user/generation-history/feedback/${before}`, {
             method: 'PATCH',
-            headers: { ...bearer, 'Content-Type': 'application/json' },
+            headers: { ...bearer(key), 'Content-Type': 'application/json' },
             body: '{"like":true}',
           }),
       ],
@@ -118,7 +126,7 @@ describe('PostgreSQL restarted under a running service', () => {
     // runs them again once they are older than its 10 s grace (src/worker/reconciler.ts).
     const inFlightItems = await Promise.all(inFlight.map((id) => final(api.baseUrl, key, id)));
     const inFlightDoneAt = millisSince(started);
-    const list = await fetch(`${api.baseUrl}/user/generation-history?limit=100`, { headers: bearer });
+    const list = await new Client(api.baseUrl, key).list('limit=100');
 
     const apiAnswers = answers.filter((a) => a.what !== 'GET live' && a.what !== 'GET ready');
     const answerMs = answers.map((a) => a.ms);
@@ -143,7 +151,7 @@ describe('PostgreSQL restarted under a running service', () => {
     await expectCompleteWithOutputs(api.baseUrl, afterItem);
     for (const item of inFlightItems) await expectCompleteWithOutputs(api.baseUrl, item);
     expect(list.status).toBe(200);
-    expect(((await list.json()) as { total: number }).total).toBe(2 + inFlight.length);
+    expect(list.body.total).toBe(2 + inFlight.length);
     expect((await fetch(`${api.baseUrl}/health/ready`)).status).toBe(200);
     expect(api.process.exitCode).toBeNull();
     expect(worker.process.exitCode).toBeNull();

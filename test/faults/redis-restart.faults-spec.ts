@@ -21,8 +21,8 @@ import {
   statusCounts,
   tally,
   timed,
-} from './observe.js';
-import { type PrivateServer, startPrivateRedis } from './private-servers.js';
+} from '../support/observe.js';
+import { type PrivateServer, startPrivateRedis } from '../support/private-servers.js';
 import { postJob } from '../support/client.js';
 
 const SUBMITTERS = 4;

@@ -9,11 +9,22 @@ export type HistoryItemBody = components['schemas']['HistoryItem'];
 export type HistoryPageBody = components['schemas']['HistoryPage'];
 export type ProblemBody = components['schemas']['Problem'];
 export type JobAcceptedBody = components['schemas']['JobAccepted'];
+export type ToolsBody = components['schemas']['Tool'][];
+export type GenerationTypesBody = components['schemas']['GenerationType'][];
+export type WebhookSecretBody = components['schemas']['WebhookSecret'];
 
 /** An item on success, a problem otherwise (`status` is then the item's, `code` and `errors` the problem's). */
 export type ItemOrProblem = HistoryItemBody & Partial<Omit<ProblemBody, 'status'>>;
 
 export const CREATE_PATH = '/generation/generate_image_v2/';
+
+/**
+ * The credentials header every client request carries. Tests about the raw HTTP (malformed bodies, headers, failed
+ * authentications) put it on requests they build themselves; everything else goes through {@link Client}.
+ */
+export function bearer(apiKey: string): Record<string, string> {
+  return { Authorization: `Bearer ${apiKey}` };
+}
 
 /** A form field: text, or a file part as a browser sends it. */
 export type FormValue = string | { data: Buffer; filename?: string; contentType?: string };
@@ -40,7 +51,7 @@ export function postJob(
   return fetch(`${baseUrl}${path}`, {
     method: 'POST',
     body: form,
-    headers: { ...(apiKey ? { Authorization: `Bearer ${apiKey}` } : {}), ...headers },
+    headers: { ...(apiKey ? bearer(apiKey) : {}), ...headers },
   });
 }
 
@@ -69,7 +80,7 @@ export async function waitForFinal(
   while (Date.now() < deadline) {
     const seconds = Math.max(1, Math.min(60, Math.floor((deadline - Date.now()) / 1000)));
     const response = await fetch(`${baseUrl}/user/generation-history/${id}`, {
-      headers: { Authorization: `Bearer ${apiKey}`, Prefer: `wait=${seconds}` },
+      headers: { ...bearer(apiKey), Prefer: `wait=${seconds}` },
     });
     if (response.status === 200) {
       last = (await response.json()) as HistoryItemBody;
@@ -86,6 +97,7 @@ export async function waitForFinal(
 export interface Answer<T> {
   status: number;
   contentType: string;
+  headers: Headers;
   /** The body exactly as sent. */
   text: string;
   body: T;
@@ -102,13 +114,14 @@ export class Client {
     method: string,
     pathTemplate: string,
     path: string,
-    init: { body?: string; contentType?: string } = {},
+    init: { body?: string; contentType?: string; headers?: Record<string, string> } = {},
   ): Promise<Answer<T>> {
     const response = await fetch(`${this.baseUrl}${path}`, {
       method,
       headers: {
-        Authorization: `Bearer ${this.apiKey}`,
+        ...bearer(this.apiKey),
         ...(init.contentType ? { 'Content-Type': init.contentType } : {}),
+        ...init.headers,
       },
       body: init.body,
     });
@@ -116,19 +129,48 @@ export class Client {
     const text = await response.clone().text();
     const body = (await expectMatchesContract(response, method, pathTemplate)) as T;
     if (!response.bodyUsed) await response.arrayBuffer();
-    return { status: response.status, contentType, text, body };
+    return { status: response.status, contentType, headers: response.headers, text, body };
+  }
+
+  tools(): Promise<Answer<ToolsBody>> {
+    return this.call('GET', '/generation/tools', '/generation/tools');
+  }
+
+  generationTypes(tool: string): Promise<Answer<GenerationTypesBody>> {
+    return this.call('GET', '/generation/generationTypes', `/generation/generationTypes?tool=${tool}`);
+  }
+
+  /** POSTs a job and returns the service's answer as it is, for tests of what creation answers. */
+  postJob(fields: Record<string, FormValue> | [string, FormValue][], headers: Record<string, string> = {}) {
+    return postJob(this.baseUrl, this.apiKey, fields, headers);
   }
 
   createJob(fields: Record<string, FormValue>, headers: Record<string, string> = {}): Promise<string> {
     return createJob(this.baseUrl, this.apiKey, fields, headers);
   }
 
+  waitForFinal(id: string, timeoutMs?: number): Promise<HistoryItemBody> {
+    return waitForFinal(this.baseUrl, this.apiKey, id, timeoutMs);
+  }
+
   list(query = ''): Promise<Answer<HistoryPageBody & Partial<ProblemBody>>> {
     return this.call('GET', '/user/generation-history', `/user/generation-history${query ? `?${query}` : ''}`);
   }
 
-  get(id: string): Promise<Answer<ItemOrProblem>> {
-    return this.call('GET', '/user/generation-history/{id}', `/user/generation-history/${id}`);
+  /** The item; with `waitSeconds`, held until it changes or the time is up (`Prefer: wait`). */
+  get(id: string, waitSeconds?: number): Promise<Answer<ItemOrProblem>> {
+    return this.call('GET', '/user/generation-history/{id}', `/user/generation-history/${id}`, {
+      headers: waitSeconds === undefined ? {} : { Prefer: `wait=${waitSeconds}` },
+    });
+  }
+
+  /** The first answer of the item's event stream (which is then closed): its first event's data, or a problem. */
+  events(id: string): Promise<Answer<Partial<ItemOrProblem> | undefined>> {
+    return this.call('GET', '/user/generation-history/{id}/events', `/user/generation-history/${id}/events`);
+  }
+
+  cancel(id: string): Promise<Answer<ItemOrProblem>> {
+    return this.call('POST', '/user/generation-history/{id}/cancel', `/user/generation-history/${id}/cancel`);
   }
 
   feedback(id: string, body: string, contentType = 'application/json'): Promise<Answer<ItemOrProblem>> {
@@ -136,6 +178,14 @@ export class Client {
       body,
       contentType,
     });
+  }
+
+  webhookSecret(): Promise<Answer<WebhookSecretBody>> {
+    return this.call('GET', '/user/webhook-secret', '/user/webhook-secret');
+  }
+
+  rotateWebhookSecret(): Promise<Answer<WebhookSecretBody>> {
+    return this.call('POST', '/user/webhook-secret/rotate', '/user/webhook-secret/rotate');
   }
 
   delete(id: string): Promise<Answer<ProblemBody | undefined>> {

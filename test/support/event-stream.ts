@@ -1,4 +1,5 @@
 /** Event streams (Server-Sent Events) of the service, read as a browser's EventSource reads them. */
+import { bearer } from './client.js';
 
 /** One Server-Sent Event as a client reads it. */
 export interface StreamEvent {
@@ -19,7 +20,7 @@ export interface OpenStream {
 
 export async function openStream(url: string, key: string): Promise<OpenStream> {
   const controller = new AbortController();
-  const response = await fetch(url, { headers: { Authorization: `Bearer ${key}` }, signal: controller.signal });
+  const response = await fetch(url, { headers: bearer(key), signal: controller.signal });
   const stream: OpenStream = {
     status: response.status,
     contentType: response.headers.get('content-type'),

@@ -11,7 +11,7 @@ import { createTestEnvironment, type EnvironmentServers, type TestEnvironment } 
 import { type FakeCog, type FakeCogBehaviour, startFakeCog } from './fake-cog.js';
 import { makeImage } from './jobs.js';
 import { createUserWithKey, type RunningService, startService } from './service.js';
-import { createJob, type HistoryItemBody, waitForFinal } from './client.js';
+import { type Answer, Client, createJob, type HistoryItemBody, type ItemOrProblem, waitForFinal } from './client.js';
 
 /**
  * Short locks, checks and sweeps so that recovery paths (stalled jobs, retries, the reconciler) run within a
@@ -171,8 +171,8 @@ export function submit(baseUrl: string, key: string, clothes: Buffer): Promise<s
   });
 }
 
-export async function getItem(baseUrl: string, key: string, id: string): Promise<Response> {
-  return fetch(`${baseUrl}/user/generation-history/${id}`, { headers: { Authorization: `Bearer ${key}` } });
+export function getItem(baseUrl: string, key: string, id: string): Promise<Answer<ItemOrProblem>> {
+  return new Client(baseUrl, key).get(id);
 }
 
 export async function waitUntil(

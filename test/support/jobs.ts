@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import sharp from 'sharp';
+import { findTool } from '../../src/catalog/catalog.js';
 import type { FormValue } from './client.js';
 
 /** A real image of the given size and format, with some structure so engines have edges to work on. */
@@ -54,22 +55,20 @@ export async function makePerson(format: 'png' | 'jpeg' | 'webp' = 'jpeg', { gra
   return figure[format]({ quality: grain ? 90 : 80 }).toBuffer();
 }
 
+/** The names of the tool's image inputs, in the catalog's order. */
+export function imageInputsOf(tool: string): string[] {
+  const found = findTool(tool);
+  if (!found) throw new Error(`no tool ${tool} in the catalog`);
+  return found.inputs.filter((input) => input.kind === 'image').map((input) => input.name);
+}
+
 /** The images each tool needs, small and valid. */
 export async function inputsFor(tool: string): Promise<Record<string, FormValue>> {
   const image = async (color: string) => ({ data: await makeImage(320, 400, 'png', color), contentType: 'image/png' });
   const person = async () => ({ data: await makePerson(), contentType: 'image/jpeg' });
-  const inputs: Record<string, string[]> = {
-    fashion_swap: ['clothes', 'person'],
-    fashion_swap_half: ['clothes', 'person'],
-    fashion_card: ['clothes'],
-    lengerie: ['clothes', 'person'],
-    furniture: ['room', 'furniture'],
-    fabric: ['fabric', 'target'],
-    default: ['image'],
-  };
   const colors = ['#a53a3a', '#3a6ea5'];
   const fields: Record<string, FormValue> = { tool };
-  for (const [index, name] of (inputs[tool] ?? []).entries()) {
+  for (const [index, name] of imageInputsOf(tool).entries()) {
     fields[name] = name === 'person' ? await person() : await image(colors[index % 2]);
   }
   return fields;

@@ -1,0 +1,134 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import sharp from 'sharp';
+import { Client, createJob, type HistoryItemBody } from '../../support/client.js';
+import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
+import { REAL_ESRGAN, sha256, startFakeReplicate, type FakeReplicate } from '../../support/fake-replicate.js';
+import { openStream } from '../../support/event-stream.js';
+import { createUser, expectCompleteWithOutputs, final, Processes, waitUntil } from '../../support/harness.js';
+import { makeImage } from '../../support/jobs.js';
+import { startPrismProxy, type PrismProxy } from '../../support/prism-proxy.js';
+import type { RunningService } from '../../support/service.js';
+
+const DOCUMENT = join(process.cwd(), 'test/fixtures/replicate/openapi.json');
+
+/** The operator's routing file of ENGINES.md: the `default` tool on an official Replicate model. */
+function enginesFile(baseUrl: string): string {
+  return [
+    'engines:',
+    '  replicate:',
+    '    kind: replicate',
+    '    token: ${REPLICATE_API_TOKEN}',
+    `    base_url: ${baseUrl}`,
+    '    concurrency: 2',
+    'routes:',
+    '  default:',
+    '    engine: replicate',
+    `    model: ${REAL_ESRGAN.name}`,
+    '    inputs: { image: image }',
+    '    params: { scale: 2 }',
+    '',
+  ].join('\n');
+}
+
+/** The items an event stream sends, as they come, until it ends or `until` holds for one. */
+async function followEvents(
+  baseUrl: string,
+  key: string,
+  id: string,
+  until: (item: HistoryItemBody) => boolean,
+): Promise<HistoryItemBody[]> {
+  const stream = await openStream(`${baseUrl}/user/generation-history/${id}/events`, key);
+  try {
+    expect(stream.status).toBe(200);
+    let ended = false;
+    void stream.ended.then(() => (ended = true));
+    const items = () => stream.events.map((event) => event.data as HistoryItemBody);
+    await waitUntil(() => ended || items().some(until), 'the event stream to end or reach the item', 30_000);
+    const all = items();
+    const last = all.findIndex(until);
+    return last < 0 ? all : all.slice(0, last + 1);
+  } finally {
+    stream.close();
+  }
+}
+
+describe('the replicate engine in the built service', () => {
+  let env: TestEnvironment;
+  let processes: Processes;
+  let fake: FakeReplicate;
+  let api: PrismProxy;
+  let service: RunningService;
+  let key: string;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    fake = await startFakeReplicate();
+    api = await startPrismProxy({
+      document: DOCUMENT,
+      upstream: fake.url,
+      direct: (method, path) => (method === 'POST' && path === '/files') || path.startsWith('/outputs/'),
+    });
+    fake.publicUrl = api.url;
+    const file = join(env.dataDir, 'engines.yaml');
+    await writeFile(file, enginesFile(api.url));
+    processes = new Processes(env);
+    service = await processes.start('all', { ENGINES_FILE: file, REPLICATE_API_TOKEN: fake.token });
+    ({ key } = await createUser(env));
+  }, 120_000);
+
+  afterAll(async () => {
+    await processes?.stopAll();
+    await api?.close();
+    await fake?.close();
+    await env?.dispose();
+  });
+
+  it("completes a job with the model's output, its progress rising on the item's event stream", async () => {
+    fake.run({ kind: 'succeed', steps: 5, stepMs: 700 });
+    const image = await makeImage(320, 240);
+
+    const id = await createJob(service.baseUrl, key, {
+      tool: 'default',
+      image: { data: image, filename: 'photo.png', contentType: 'image/png' },
+    });
+    const events = await followEvents(service.baseUrl, key, id, (item) => item.status !== 'pending');
+    const item = await final(service.baseUrl, key, id);
+
+    const outputs = await expectCompleteWithOutputs(service.baseUrl, item);
+    const stock = await sharp(outputs.stock).metadata();
+    expect({ width: stock.width, height: stock.height }).toEqual({ width: 256, height: 320 });
+    const running = events.filter((event) => event.status === 'pending' && typeof event.progress === 'number');
+    const progress = running.map((event) => event.progress as number);
+    expect(progress.length).toBeGreaterThan(1);
+    expect(progress).toEqual([...progress].sort((a, b) => a - b));
+    expect(progress[0]).toBeLessThan(progress.at(-1)!);
+    expect(events.at(-1)).toMatchObject({ status: 'complete', progress: 1 });
+    const prediction = fake.predictions.find((candidate) => candidate.input['image'] === sha256(image));
+    expect(prediction).toMatchObject({ createdBy: 'model', input: { scale: 2 }, status: 'succeeded' });
+    expect(api.violations).toEqual([]);
+  }, 60_000);
+
+  it('tells Replicate to stop when the job is canceled', async () => {
+    fake.run({ kind: 'hang' });
+    const image = await makeImage(300, 200, 'png', '#a53a3a');
+    const id = await createJob(service.baseUrl, key, {
+      tool: 'default',
+      image: { data: image, filename: 'photo.png', contentType: 'image/png' },
+    });
+    await fake.waitFor(
+      (f) => f.predictions.some((p) => p.input['image'] === sha256(image) && p.answeredStatus !== undefined),
+      'the prediction to be created',
+    );
+
+    const canceled = await new Client(service.baseUrl, key).cancel(id);
+    const prediction = fake.predictions.find((p) => p.input['image'] === sha256(image))!;
+    await fake.waitFor((f) => f.cancels.includes(prediction.id), 'the cancel to reach Replicate', 10_000);
+
+    expect(canceled.status).toBe(200);
+    expect(await final(service.baseUrl, key, id)).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+    expect(prediction.status).toBe('canceled');
+    expect(api.violations).toEqual([]);
+  }, 60_000);
+});

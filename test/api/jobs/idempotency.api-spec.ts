@@ -1,0 +1,163 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import sharp from 'sharp';
+import { expectMatchesContract } from '../../support/contract.js';
+import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
+import { makeImage } from '../../support/jobs.js';
+import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
+import { file } from '../../support/uploads.js';
+import {
+  Client,
+  CREATE_PATH,
+  type FormValue,
+  type JobAcceptedBody,
+  type ProblemBody,
+  postJob,
+} from '../../support/client.js';
+
+async function defaultJob(color = '#3a6ea5'): Promise<Record<string, FormValue>> {
+  return { tool: 'default', image: file(await makeImage(320, 400, 'png', color), 'image.png', 'image/png') };
+}
+
+/** An incompressible PNG of several MiB, so handling a request takes a while. */
+async function largeNoisePng(): Promise<Buffer> {
+  const side = 1400;
+  return sharp(randomBytes(side * side * 3), { raw: { width: side, height: side, channels: 3 } })
+    .png({ compressionLevel: 0 })
+    .toBuffer();
+}
+
+async function accepted(response: Response): Promise<JobAcceptedBody> {
+  expect(response.status).toBe(202);
+  return (await expectMatchesContract(response, 'POST', CREATE_PATH)) as JobAcceptedBody;
+}
+
+async function refused(response: Response, status: number, code: string): Promise<ProblemBody> {
+  expect(response.status).toBe(status);
+  const body = (await expectMatchesContract(response, 'POST', CREATE_PATH)) as ProblemBody;
+  expect(body).toMatchObject({ type: `urn:igs:problem:${code}`, status, code });
+  return body;
+}
+
+describe('Idempotency-Key on job creation', () => {
+  let env: TestEnvironment;
+  let sut: RunningService;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    // No worker: items stay pending, which changes nothing for keys.
+    sut = await startService({ ...env.serviceEnv, ROLE: 'api' });
+  }, 60_000);
+
+  afterAll(async () => {
+    await sut?.stop();
+    await env?.dispose();
+  }, 60_000);
+
+  const newUser = () => createUserWithKey(env.databaseUrl);
+  const withKey = (key: string) => ({ 'Idempotency-Key': key });
+
+  it('answers a repeat with the same key and payload exactly as the first time, creating one item', async () => {
+    const apiKey = await newUser();
+    const key = randomUUID();
+    const fields = await defaultJob();
+
+    const first = await postJob(sut.baseUrl, apiKey, fields, withKey(key));
+    const second = await postJob(sut.baseUrl, apiKey, fields, withKey(key));
+
+    const firstBody = await accepted(first);
+    expect(second.status).toBe(first.status);
+    expect(await accepted(second)).toEqual(firstBody);
+    expect(second.headers.get('location')).toBe(first.headers.get('location'));
+    const history = await new Client(sut.baseUrl, apiKey).list();
+    expect(history.body.total).toBe(1);
+    expect(history.body.items.map((item) => item.history_item_id)).toEqual([firstBody.history_item_id]);
+  });
+
+  it('refuses the same key with other file bytes: 422 idempotency_key_reused', async () => {
+    const apiKey = await newUser();
+    const key = randomUUID();
+    await accepted(await postJob(sut.baseUrl, apiKey, await defaultJob('#3a6ea5'), withKey(key)));
+
+    const response = await postJob(sut.baseUrl, apiKey, await defaultJob('#a53a3a'), withKey(key));
+
+    await refused(response, 422, 'idempotency_key_reused');
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(1);
+  });
+
+  it("keeps users' keys apart: another user's request with the same key creates its own item", async () => {
+    const [alice, bob] = await Promise.all([newUser(), newUser()]);
+    const key = randomUUID();
+    const fields = await defaultJob();
+
+    const alicesJob = await accepted(await postJob(sut.baseUrl, alice, fields, withKey(key)));
+    const bobsJob = await accepted(await postJob(sut.baseUrl, bob, fields, withKey(key)));
+
+    expect(bobsJob.history_item_id).not.toBe(alicesJob.history_item_id);
+    expect((await new Client(sut.baseUrl, alice).list()).body.items.map((item) => item.history_item_id)).toEqual([
+      alicesJob.history_item_id,
+    ]);
+    expect((await new Client(sut.baseUrl, bob).list()).body.items.map((item) => item.history_item_id)).toEqual([
+      bobsJob.history_item_id,
+    ]);
+  });
+
+  it('refuses a key of 256 characters, and an empty one, with 400 validation_failed', async () => {
+    const apiKey = await newUser();
+    const fields = await defaultJob();
+
+    for (const key of ['k'.repeat(256), '']) {
+      const response = await postJob(sut.baseUrl, apiKey, fields, withKey(key));
+
+      const body = await refused(response, 400, 'validation_failed');
+      expect(body.errors).toEqual([expect.objectContaining({ field: 'Idempotency-Key' })]);
+    }
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(0);
+  });
+
+  it('accepts a key of 255 characters', async () => {
+    const apiKey = await newUser();
+
+    const response = await postJob(sut.baseUrl, apiKey, await defaultJob(), withKey('k'.repeat(255)));
+
+    await accepted(response);
+  });
+
+  it('answers a concurrent duplicate either with the same 202 or with 409 idempotency_in_progress', async () => {
+    const apiKey = await newUser();
+    const key = randomUUID();
+    const fields = { tool: 'default', image: file(await largeNoisePng(), 'image.png', 'image/png') };
+
+    const responses = await Promise.all([
+      postJob(sut.baseUrl, apiKey, fields, withKey(key)),
+      postJob(sut.baseUrl, apiKey, fields, withKey(key)),
+    ]);
+
+    const winners = responses.filter((response) => response.status === 202);
+    expect(winners.length).toBeGreaterThanOrEqual(1);
+    const [first, ...others] = await Promise.all(winners.map(accepted));
+    for (const other of others) expect(other).toEqual(first);
+    const losers = responses.filter((response) => response.status !== 202);
+    for (const loser of losers) await refused(loser, 409, 'idempotency_in_progress');
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(1);
+    // Once the first is handled, a retry gets its answer.
+    expect(await accepted(await postJob(sut.baseUrl, apiKey, fields, withKey(key)))).toEqual(first);
+  }, 30_000);
+
+  it('does not spend the key on a request that failed validation', async () => {
+    const apiKey = await newUser();
+    const key = randomUUID();
+    const notAnImage = file(Buffer.from('plain text, not an image\n'.repeat(10)), 'image.png', 'image/png');
+    await refused(
+      await postJob(sut.baseUrl, apiKey, { tool: 'default', image: notAnImage }, withKey(key)),
+      415,
+      'unsupported_media_type',
+    );
+
+    const corrected = await postJob(sut.baseUrl, apiKey, await defaultJob(), withKey(key));
+
+    const body = await accepted(corrected);
+    expect((await new Client(sut.baseUrl, apiKey).list()).body.items.map((item) => item.history_item_id)).toEqual([
+      body.history_item_id,
+    ]);
+  });
+});

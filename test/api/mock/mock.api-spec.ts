@@ -1,0 +1,144 @@
+import sharp from 'sharp';
+import contractSchema from '../../support/contract-schema.cjs';
+import { type RunningMock, startMock } from '../../support/mock.js';
+const STARTUP_TIMEOUT_MS = 60_000;
+
+type Contract = {
+  paths: Record<
+    string,
+    Record<string, { responses: Record<string, { content?: Record<string, { example?: unknown }> }> }>
+  >;
+};
+
+/** The example the contract documents for an operation's 200 JSON answer. */
+function documentedExample(path: string): unknown {
+  const contract = contractSchema.loadContract() as Contract;
+  return contract.paths[path].get.responses['200'].content!['application/json'].example;
+}
+
+/** Prism's list of what the request broke, from its `sl-violations` header. */
+function violations(response: Response): Array<{ location: string[]; code: string | number; message: string }> {
+  return JSON.parse(response.headers.get('sl-violations') ?? '[]');
+}
+
+/**
+ * `npm run mock` (scripts/mock.mjs): Prism's mock of the contract, with real images on the media paths and the
+ * playground; what frontend developers run before the service exists.
+ */
+describe('the mock server (npm run mock)', () => {
+  let mock: RunningMock;
+  let baseUrl: string;
+
+  beforeAll(async () => {
+    mock = await startMock();
+    baseUrl = mock.baseUrl;
+  }, STARTUP_TIMEOUT_MS);
+
+  afterAll(() => mock?.stop());
+
+  function sut(path: string, headers: Record<string, string> = { authorization: 'Bearer anything' }) {
+    return fetch(`${baseUrl}${path}`, { headers });
+  }
+
+  it('answers GET /generation/tools with the documented example: the seven tools', async () => {
+    const response = await sut('/generation/tools');
+
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as Array<{ tool: string }>;
+    expect(body).toEqual(documentedExample('/generation/tools'));
+    expect(body.map((tool) => tool.tool)).toEqual([
+      'fashion_swap',
+      'fashion_swap_half',
+      'fashion_card',
+      'lengerie',
+      'furniture',
+      'fabric',
+      'default',
+    ]);
+  });
+
+  it('answers GET /generation/generationTypes with a documented example', async () => {
+    const response = await sut('/generation/generationTypes?tool=fashion_swap_half');
+
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as Array<{ generation_type: string; is_default: boolean }>;
+    expect(body.filter((type) => type.is_default)).toHaveLength(1);
+    expect(body.map((type) => type.generation_type)).toEqual(['upper', 'lower']);
+  });
+
+  it('answers 401 problem+json without an Authorization header', async () => {
+    const response = await sut('/generation/tools', {});
+
+    expect(response.status).toBe(401);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(response.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    expect(await response.json()).toMatchObject({ status: 401, code: 'unauthorized' });
+  });
+
+  it('answers the health probes without a key', async () => {
+    const response = await sut('/health/live', {});
+
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({ status: 'ok' });
+  });
+
+  // Prism answers a request that breaks the contract with the operation's documented 422 or else 400
+  // response (its own 422 problem when neither is documented), naming the violation in `sl-violations`.
+  it('rejects a history page size the contract does not allow, naming the parameter', async () => {
+    const response = await sut('/user/generation-history?limit=1000');
+
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(await response.json()).toMatchObject({ status: 400, code: 'validation_failed' });
+    expect(violations(response)).toEqual([
+      expect.objectContaining({ location: ['request', 'query', 'limit'], code: 'maximum' }),
+    ]);
+  });
+
+  it('rejects a generation types request without the tool parameter', async () => {
+    const response = await sut('/generation/generationTypes');
+
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(violations(response)).toEqual([expect.objectContaining({ code: 'required' })]);
+    expect(violations(response)[0].message).toContain('tool');
+  });
+
+  it('rejects a history item id that is not a UUID', async () => {
+    const response = await sut('/user/generation-history/not-a-uuid');
+
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(violations(response).length).toBeGreaterThan(0);
+  });
+
+  it.each([
+    ['stock.jpg', 'image/jpeg', 'jpeg'],
+    ['preview.webp', 'image/webp', 'webp'],
+  ])('answers a media path (%s) with a real example image', async (file, contentType, format) => {
+    // The complete item of the contract's examples.
+    const response = await sut(`/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/${file}`, {});
+
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toBe(contentType);
+    const image = await sharp(Buffer.from(await response.arrayBuffer())).metadata();
+    expect(image.format).toBe(format);
+    expect(Math.max(image.width, image.height)).toBeGreaterThanOrEqual(file === 'stock.jpg' ? 600 : 400);
+  });
+
+  it('serves the playground page and its script', async () => {
+    const page = await sut('/playground/', {});
+    const script = await sut('/playground/app.js', {});
+
+    expect([page.status, script.status]).toEqual([200, 200]);
+    expect(await page.text()).toContain('<script type="module" src="app.js"></script>');
+    expect(script.headers.get('content-type')).toMatch(/^text\/javascript/);
+  });
+
+  it('answers with its own 422 problem when the operation documents no validation error', async () => {
+    const response = await sut('/media/not-a-uuid/preview.webp', {});
+
+    expect(response.status).toBe(422);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  });
+});

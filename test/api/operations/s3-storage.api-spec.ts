@@ -1,0 +1,89 @@
+import sharp from 'sharp';
+import { expectMatchesContract } from '../../support/contract.js';
+import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
+import { inputsFor } from '../../support/jobs.js';
+import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
+import { filesUnder } from '../../support/uploads.js';
+import { type S3Server, startS3Server } from '../../support/s3rver.js';
+import { Client, type JobAcceptedBody, postJob, waitForFinal } from '../../support/client.js';
+
+/** An API and a worker that share nothing but the database, Redis and the bucket, as on two hosts. */
+describe('the service with STORAGE=s3', () => {
+  let env: TestEnvironment;
+  let s3: S3Server;
+  let api: RunningService;
+  let worker: RunningService | undefined;
+  let apiKey: string;
+  let serviceEnv: Record<string, string>;
+  let bucketUrl: string;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    s3 = await startS3Server();
+    bucketUrl = `${s3.endpoint}/${s3.bucket}`;
+    serviceEnv = { ...env.serviceEnv, ...s3.serviceEnv, MEDIA_PUBLIC_BASE_URL: bucketUrl };
+    api = await startService({ ...serviceEnv, ROLE: 'api' });
+    apiKey = await createUserWithKey(env.databaseUrl);
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.all([api?.stop(), worker?.stop()]);
+    await s3?.stop();
+    await env?.dispose();
+  }, 60_000);
+
+  it('keeps inputs and results in the bucket, serves them, and deletes them with the item', async () => {
+    const response = await postJob(api.baseUrl, apiKey, await inputsFor('default'));
+    expect(response.status).toBe(202);
+    const { history_item_id: id, stock_image, preview_image } = (await response.json()) as JobAcceptedBody;
+
+    // No worker yet: the job waits, its input already in the bucket's private prefix.
+    expect(await s3.keys(`inputs/${id}-`)).toEqual([`inputs/${id}-image`]);
+
+    worker = await startService({ ...serviceEnv, ROLE: 'worker' });
+    const item = await waitForFinal(api.baseUrl, apiKey, id, 45_000);
+
+    expect(item).toMatchObject({
+      status: 'complete',
+      preview_url: preview_image,
+      stock_url: stock_image,
+      output_url: `${bucketUrl}/${stock_image}`,
+    });
+    expect(await s3.keys(`media/${id}/`)).toEqual([`media/${id}/preview.webp`, `media/${id}/stock.jpg`]);
+    expect(await s3.keys(`inputs/${id}-`)).toEqual([]);
+
+    const viaService = await fetch(`${api.baseUrl}/${stock_image}`);
+    expect(viaService.status).toBe(200);
+    await expectMatchesContract(viaService, 'GET', '/media/{id}/{file}');
+    expect(viaService.headers.get('content-type')).toBe('image/jpeg');
+    const stock = Buffer.from(await viaService.arrayBuffer());
+    expect(Number(viaService.headers.get('content-length'))).toBe(stock.length);
+    expect((await sharp(stock).metadata()).format).toBe('jpeg');
+    const preview = await fetch(`${api.baseUrl}/${preview_image}`);
+    expect(preview.headers.get('content-type')).toBe('image/webp');
+    expect((await sharp(Buffer.from(await preview.arrayBuffer())).metadata()).format).toBe('webp');
+
+    // output_url: the same bytes straight from the bucket, with the headers a CDN would pass on.
+    const fromBucket = await fetch(item.output_url!);
+    expect(fromBucket.status).toBe(200);
+    expect(fromBucket.headers.get('content-type')).toBe('image/jpeg');
+    expect(fromBucket.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+    expect(Buffer.from(await fromBucket.arrayBuffer()).equals(stock)).toBe(true);
+
+    const deleted = await new Client(api.baseUrl, apiKey).delete(id);
+    expect(deleted.status).toBe(204);
+    expect(await s3.keys(`media/${id}/`)).toEqual([]);
+    expect((await fetch(`${api.baseUrl}/${stock_image}`)).status).toBe(404);
+
+    // Nothing went to the local folders the local store would have used.
+    expect(await filesUnder(env.serviceEnv.MEDIA_ROOT)).toEqual([]);
+    expect(await filesUnder(env.serviceEnv.INPUT_ROOT)).toEqual([]);
+  }, 90_000);
+
+  it('answers 404 for a media path the bucket does not have', async () => {
+    const response = await fetch(`${api.baseUrl}/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg`);
+
+    expect(response.status).toBe(404);
+    await expectMatchesContract(response, 'GET', '/media/{id}/{file}');
+  });
+});

@@ -1,0 +1,107 @@
+import { join } from 'node:path';
+import { expectMatchesContract } from '../../support/contract.js';
+import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
+import { final, getItem, submit, uniqueImage } from '../../support/harness.js';
+import { freePort, type RunningService, startService } from '../../support/service.js';
+
+const DEMO_KEY_LINE = /export IGS_API_KEY=(igs_[0-9A-Za-z]{40})\b/g;
+const STARTUP_TIMEOUT_MS = 60_000;
+
+/** Waits for the line the service logs once it listens, so everything printed during startup is in. */
+async function startupOutput(service: RunningService): Promise<string> {
+  while (!service.output().includes('Serving role')) await new Promise((resolve) => setTimeout(resolve, 50));
+  return service.output();
+}
+
+describe('the service on its embedded database (no DATABASE_URL)', () => {
+  let env: TestEnvironment;
+  let serviceEnv: Record<string, string>;
+  let sut: RunningService | undefined;
+  let firstBootOutput: string;
+  let demoKey: string;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    serviceEnv = {
+      // No DATABASE_URL: the service starts its embedded database.
+      ...Object.fromEntries(Object.entries(env.serviceEnv).filter(([name]) => name !== 'DATABASE_URL')),
+      // `info`, so the "Serving role" line marks the end of startup.
+      LOG_LEVEL: 'info',
+      EMBEDDED_DB_DIR: join(env.dataDir, 'pglite'),
+      EMBEDDED_DB_PORT: String(await freePort()),
+    };
+    sut = await startService(serviceEnv, STARTUP_TIMEOUT_MS);
+    firstBootOutput = await startupOutput(sut);
+    demoKey = [...firstBootOutput.matchAll(DEMO_KEY_LINE)].map((match) => match[1])[0];
+  }, 2 * STARTUP_TIMEOUT_MS);
+
+  afterAll(async () => {
+    await sut?.stop();
+    await env?.dispose();
+  }, STARTUP_TIMEOUT_MS);
+
+  function getTools(key: string): Promise<Response> {
+    return fetch(`${sut!.baseUrl}/generation/tools`, { headers: { authorization: `Bearer ${key}` } });
+  }
+
+  it('prints a demo API key once on its first boot, and nowhere else in its output', () => {
+    const keys = [...firstBootOutput.matchAll(DEMO_KEY_LINE)].map((match) => match[1]);
+
+    expect(keys).toHaveLength(1);
+    expect(firstBootOutput.split(keys[0])).toHaveLength(2);
+  });
+
+  it('says it runs on the embedded database', () => {
+    expect(firstBootOutput).toMatch(/embedded PostgreSQL \(PGlite\)/);
+  });
+
+  it('accepts the demo key on /generation/tools', async () => {
+    const response = await getTools(demoKey);
+
+    expect(response.status).toBe(200);
+    const body = (await expectMatchesContract(response, 'GET', '/generation/tools')) as unknown[];
+    expect(body).toHaveLength(7);
+  }, 30_000);
+
+  it('still refuses a request without a key', async () => {
+    const response = await fetch(`${sut!.baseUrl}/generation/tools`);
+
+    expect(response.status).toBe(401);
+  });
+
+  it('is ready', async () => {
+    const response = await fetch(`${sut!.baseUrl}/health/ready`);
+
+    expect(response.status).toBe(200);
+    expect(await expectMatchesContract(response, 'GET', '/health/ready')).toMatchObject({
+      status: 'ok',
+      details: { database: { status: 'up' }, queue: { status: 'up' } },
+    });
+  });
+
+  it('runs a job to complete and answers many reads of its item at once', async () => {
+    const id = await submit(sut!.baseUrl, demoKey, await uniqueImage());
+    const item = await final(sut!.baseUrl, demoKey, id);
+
+    expect(item.status).toBe('complete');
+    const reads = await Promise.all(Array.from({ length: 40 }, () => getItem(sut!.baseUrl, demoKey, id)));
+    expect(reads.map((answer) => answer.status)).toEqual(reads.map(() => 200));
+    expect(reads.map((answer) => answer.body.history_item_id)).toEqual(reads.map(() => id));
+  }, 60_000);
+
+  it(
+    'after a restart on the same directory, prints no new key and keeps the old one working',
+    async () => {
+      expect(await sut!.stop()).toBe(0);
+
+      sut = await startService(serviceEnv, STARTUP_TIMEOUT_MS);
+      const output = await startupOutput(sut);
+
+      expect(output).not.toContain('IGS_API_KEY');
+      expect(output).not.toMatch(/igs_[0-9A-Za-z]{40}/);
+      expect((await getTools(demoKey)).status).toBe(200);
+      expect((await fetch(`${sut.baseUrl}/health/ready`)).status).toBe(200);
+    },
+    2 * STARTUP_TIMEOUT_MS,
+  );
+});
