@@ -7,8 +7,17 @@ const common = {
   testEnvironment: 'node',
 };
 
-/** One project per tier: a test's folder is its tier, and its file suffix names the tier too. */
-const tier = (displayName, testMatch) => ({ ...common, displayName, testMatch: [testMatch] });
+/**
+ * One project per tier: a test's folder is its tier, and its file suffix names the tier too. Tiers above unit start
+ * real servers and processes: their hooks and tests get a minute by default (a slow or busy machine takes longer to
+ * start a service, and a test that hangs still fails), where a test needs more it says so.
+ */
+const tier = (displayName, testMatch) => ({
+  ...common,
+  displayName,
+  testMatch: [testMatch],
+  ...(displayName === 'unit' ? {} : { testTimeout: 60_000 }),
+});
 
 export default {
   projects: [
