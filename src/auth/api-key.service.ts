@@ -9,6 +9,7 @@ export interface ApiKeyListing {
   user: string;
   createdAt: Date;
   revokedAt: Date | null;
+  admin: boolean;
 }
 
 @Injectable()
@@ -25,10 +26,13 @@ export class ApiKeyService {
     private readonly config: AppConfig,
   ) {}
 
-  /** Creates the user if new and returns a fresh key; the key is not stored and cannot be shown again. */
-  async create(userName: string): Promise<string> {
+  /**
+   * Creates the user if new and returns a fresh key, an admin key (it opens the admin pages too) when `admin`; the
+   * key is not stored and cannot be shown again.
+   */
+  async create(userName: string, { admin = false } = {}): Promise<string> {
     const key = generateApiKey();
-    await this.keys.createForUser(userName, { prefix: lookupPrefix(key), keyHash: hashApiKey(key) });
+    await this.keys.createForUser(userName, { prefix: lookupPrefix(key), keyHash: hashApiKey(key), admin });
     return key;
   }
 
@@ -39,6 +43,7 @@ export class ApiKeyService {
       user: key.name,
       createdAt: key.createdAt,
       revokedAt: key.revokedAt,
+      admin: key.admin,
     }));
   }
 
@@ -58,7 +63,7 @@ export class ApiKeyService {
 
     const row = await this.keys.findActive(lookupPrefix(key));
     if (!row || !hashesEqual(row.keyHash, hash)) return undefined;
-    const principal = { userId: row.userId };
+    const principal = { userId: row.userId, admin: row.admin };
     this.remember(cacheKey, principal);
     return principal;
   }

@@ -3,12 +3,14 @@ import { Initial1795292142970 } from './migrations/1795292142970-Initial.js';
 import { HistoryCounts1795296939184 } from './migrations/1795296939184-HistoryCounts.js';
 import { CreateHistoryItem1795301680431 } from './migrations/1795301680431-CreateHistoryItem.js';
 import { Webhooks1795310000000 } from './migrations/1795310000000-Webhooks.js';
+import { AdminKeysAndUserLimits1795320000000 } from './migrations/1795320000000-AdminKeysAndUserLimits.js';
 
 export const MIGRATIONS = [
   Initial1795292142970,
   HistoryCounts1795296939184,
   CreateHistoryItem1795301680431,
   Webhooks1795310000000,
+  AdminKeysAndUserLimits1795320000000,
 ];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */
