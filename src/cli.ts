@@ -7,6 +7,7 @@ import { type RemovalPlan, type Removed, UserRemoval } from './admin/user-remova
 import { ApiKeyService } from './auth/api-key.service.js';
 import { ApiKeysModule } from './auth/auth.module.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
+import { DrainingModule } from './common/draining.module.js';
 import { ConfigModule } from './config/config.module.js';
 import { DatabaseModule } from './database/database.module.js';
 import { JobsModule } from './jobs/jobs.module.js';
@@ -22,7 +23,14 @@ import { UsersModule } from './users/users.module.js';
 class UnservedMetricsModule {}
 
 @Module({
-  imports: [RedisModule, MediaModule, UnservedMetricsModule, JobsModule, UsersModule],
+  imports: [
+    DrainingModule.forRole({ api: false }),
+    RedisModule,
+    MediaModule,
+    UnservedMetricsModule,
+    JobsModule,
+    UsersModule,
+  ],
   providers: [UserRemoval],
 })
 class UserRemovalModule {}
@@ -48,7 +56,7 @@ async function main(args: string[]): Promise<number> {
     module: class CliModule {},
     imports: [ConfigModule.forRoot(config), DatabaseModule, ...modulesFor(command)],
   };
-  const app = await NestFactory.createApplicationContext(root, { logger: false });
+  const app = await NestFactory.createApplicationContext(root, { logger: false, abortOnError: false });
   try {
     return await run(command, app, config);
   } finally {
