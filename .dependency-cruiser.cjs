@@ -2,8 +2,10 @@
  * The layers of src/, checked by `npm run lint:deps` (part of `npm test`):
  *
  *   main.ts, tracing.ts, service.ts, app.module.ts, cli.ts   compose everything
+ *   admin: the operators' tools (the queue board, a user's removal), on everything below
  *   features: auth, catalog's routes, generation, history, worker, webhooks, health, contract, the /media route
  *   jobs: history items as jobs (repository, lifecycle, events), shared by the features that create, show and run them
+ *   users: the operators' statements on users and their own limits, which job creation reads
  *   engines: what runs a job's model (the port, the registry, one folder per kind), on common/ and the configuration only
  *   infrastructure: config, common, database, redis, queue, media storage, metrics, generated contract types
  *
@@ -13,8 +15,8 @@
 const INFRASTRUCTURE =
   '^src/(config|common|database|redis|queue|metrics|generated)/|^src/media/(?!media(\\.controller|-api\\.module))';
 const ABOVE_INFRASTRUCTURE =
-  '^src/(auth|catalog|generation|history|jobs|worker|webhooks|health|contract)/|^src/media/media(\\.controller|-api\\.module)';
-const FEATURES = '^src/(generation|history|worker|webhooks|health|contract)/';
+  '^src/(admin|auth|catalog|generation|history|jobs|users|worker|webhooks|health|contract)/|^src/media/media(\\.controller|-api\\.module)';
+const FEATURES = '^src/(admin|generation|history|worker|webhooks|health|contract)/';
 /** What every layer may use: the catalog's data (it drives configuration too), and who the request's user is. */
 const SHARED = '^src/catalog/catalog\\.ts$|^src/auth/(auth\\.decorators|user\\.entity)\\.ts$';
 
@@ -40,6 +42,13 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/jobs/' },
       to: { path: FEATURES },
+    },
+    {
+      name: 'users-below-features',
+      comment: "Users' statements serve job creation and the operators' tools; they use neither.",
+      severity: 'error',
+      from: { path: '^src/users/' },
+      to: { path: '^src/(admin|auth|generation|history|jobs|worker|webhooks|health|contract)/', pathNot: SHARED },
     },
     {
       name: 'features-apart',

@@ -1,63 +1,158 @@
+#!/usr/bin/env node
 import 'reflect-metadata';
-import { Module } from '@nestjs/common';
+import { type DynamicModule, Global, type INestApplicationContext, Module, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import { type CliCommand, parseCli, UsageError, USAGE } from './admin/cli-arguments.js';
+import { type RemovalPlan, type Removed, UserRemoval } from './admin/user-removal.js';
 import { ApiKeyService } from './auth/api-key.service.js';
 import { ApiKeysModule } from './auth/auth.module.js';
-import { ConfigError, loadConfig } from './config/config.js';
+import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
+import { DrainingModule } from './common/draining.module.js';
 import { ConfigModule } from './config/config.module.js';
 import { DatabaseModule } from './database/database.module.js';
+import { JobsModule } from './jobs/jobs.module.js';
+import { MediaModule } from './media/media.module.js';
+import { Metrics } from './metrics/metrics.js';
+import { RedisModule } from './redis/redis.module.js';
+import { UserRepository } from './users/user.repository.js';
+import { UsersModule } from './users/users.module.js';
 
-const USAGE = `Usage:
-  npm run --silent apikey -- create --user <name>   create a key (and the user if new); prints only the key
-  npm run apikey -- list                            list keys: prefix, user, created, revoked
-  npm run apikey -- revoke <key-or-prefix>          revoke a key
-`;
+/** The job lifecycle's metrics, kept in this process and never served: the command line runs no metrics listener. */
+@Global()
+@Module({ providers: [Metrics], exports: [Metrics] })
+class UnservedMetricsModule {}
+
+@Module({
+  imports: [
+    DrainingModule.forRole({ api: false }),
+    RedisModule,
+    MediaModule,
+    UnservedMetricsModule,
+    JobsModule,
+    UsersModule,
+  ],
+  providers: [UserRemoval],
+})
+class UserRemovalModule {}
+
+/** What each command boots: only the keys and users commands' database, and for a removal Redis, queues and storage. */
+function modulesFor(command: CliCommand): Type[] {
+  if (command.name.startsWith('keys ')) return [ApiKeysModule];
+  if (command.name === 'users delete') return [UserRemovalModule];
+  return [UsersModule];
+}
 
 async function main(args: string[]): Promise<number> {
-  const [command, ...rest] = args;
-  if (!['create', 'list', 'revoke'].includes(command ?? '')) {
-    process.stderr.write(USAGE);
+  let command: CliCommand;
+  try {
+    command = parseCli(args);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`igs: ${error.message}\n\n${USAGE}`);
     return 2;
   }
   const config = loadConfig();
-
-  @Module({ imports: [ConfigModule.forRoot(config), DatabaseModule, ApiKeysModule] })
-  class CliModule {}
-
-  const app = await NestFactory.createApplicationContext(CliModule, { logger: false });
+  const root: DynamicModule = {
+    module: class CliModule {},
+    imports: [ConfigModule.forRoot(config), DatabaseModule, ...modulesFor(command)],
+  };
+  const app = await NestFactory.createApplicationContext(root, { logger: false, abortOnError: false });
   try {
-    const apiKeys = app.get(ApiKeyService);
-    if (command === 'create') {
-      const userFlag = rest.indexOf('--user');
-      const user = userFlag >= 0 ? rest[userFlag + 1]?.trim() : undefined;
-      if (!user) {
-        process.stderr.write(USAGE);
-        return 2;
-      }
-      process.stdout.write(`${await apiKeys.create(user)}\n`);
-    } else if (command === 'list') {
-      for (const key of await apiKeys.list()) {
-        const state = key.revokedAt ? `revoked ${key.revokedAt.toISOString()}` : 'active';
-        process.stdout.write(`${key.prefix}\t${key.user}\t${key.createdAt.toISOString()}\t${state}\n`);
-      }
-    } else {
-      const revoked = rest[0] ? await apiKeys.revoke(rest[0]) : 0;
-      if (revoked === 0) {
-        process.stderr.write('No active key matches.\n');
-        return 1;
-      }
-      process.stdout.write(`Revoked ${revoked} key.\n`);
-    }
-    return 0;
+    return await run(command, app, config);
   } finally {
     await app.close();
   }
 }
 
+async function run(command: CliCommand, app: INestApplicationContext, config: AppConfig): Promise<number> {
+  const print = (line: string) => process.stdout.write(`${line}\n`);
+  switch (command.name) {
+    case 'keys create':
+      print(await app.get(ApiKeyService).create(command.user, { admin: command.admin }));
+      return 0;
+    case 'keys list':
+      for (const key of await app.get(ApiKeyService).list()) {
+        const state = key.revokedAt ? `revoked ${key.revokedAt.toISOString()}` : 'active';
+        print([key.prefix, key.user, key.createdAt.toISOString(), state, ...(key.admin ? ['admin'] : [])].join('\t'));
+      }
+      return 0;
+    case 'keys revoke': {
+      const revoked = await app.get(ApiKeyService).revoke(command.keyOrPrefix);
+      if (revoked === 0) return fail('No active key matches.');
+      print(`Revoked ${revoked} key.`);
+      return 0;
+    }
+    case 'users list':
+      print(['name', 'created', 'items', 'pending', 'max pending', 'creations a minute'].join('\t'));
+      for (const user of await app.get(UserRepository).list()) {
+        const own = (value: number | null, fallback: number) => (value === null ? `${fallback} (default)` : `${value}`);
+        print(
+          [
+            user.name,
+            user.createdAt.toISOString(),
+            user.items,
+            user.pending,
+            own(user.maxPending, config.limitMaxPending),
+            own(user.creationsPerMinute, config.limitCreationsPerMinute),
+          ].join('\t'),
+        );
+      }
+      return 0;
+    case 'users delete': {
+      const removal = app.get(UserRemoval);
+      const plan = await removal.plan(command.user);
+      if (!plan) return fail(`No user named "${command.user}".`);
+      if (!command.yes) {
+        print(`Would remove user "${plan.user.name}" with ${describePlan(plan)}.`);
+        print('Nothing was changed; run again with --yes to remove them.');
+        return 0;
+      }
+      print(`Removed user "${plan.user.name}" with ${describeRemoved(await removal.remove(plan))}.`);
+      return 0;
+    }
+    case 'limits set':
+    case 'limits reset': {
+      const limits =
+        command.name === 'limits set'
+          ? { maxPending: command.maxPending, creationsPerMinute: command.creationsPerMinute }
+          : { maxPending: null, creationsPerMinute: null };
+      if (!(await app.get(UserRepository).setLimits(command.user, limits))) {
+        return fail(`No user named "${command.user}".`);
+      }
+      print(`Limits of "${command.user}" ${command.name === 'limits set' ? 'set' : 'reset'}; in effect within 10 s.`);
+      return 0;
+    }
+  }
+}
+
+function fail(message: string): number {
+  process.stderr.write(`${message}\n`);
+  return 1;
+}
+
+function describePlan({ holdings }: RemovalPlan): string {
+  return (
+    `${count(holdings.keys, 'key')}, ${count(holdings.secrets, 'webhook secret')}, ` +
+    `${count(holdings.items, 'history item')} (${holdings.pending} pending, to be canceled first) and their files`
+  );
+}
+
+function describeRemoved(removed: Removed): string {
+  return (
+    `${count(removed.keys, 'key')}, ${count(removed.secrets, 'webhook secret')}, ` +
+    `${count(removed.items, 'history item')} (${removed.canceled} pending, canceled first) and their files, ` +
+    `${count(removed.redisKeys, 'Redis key')}`
+  );
+}
+
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(`${error instanceof ConfigError ? error.message : `apikey: ${String(error)}`}\n`);
+    process.stderr.write(`${error instanceof ConfigError ? error.message : `igs: ${String(error)}`}\n`);
     process.exit(1);
   },
 );

@@ -2,6 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { DataSource, type ObjectType } from 'typeorm';
 import { AUTH_ENTITIES } from './auth/auth.module.js';
 import { JOB_ENTITIES } from './jobs/jobs.module.js';
+import { USER_ENTITIES } from './users/users.module.js';
 import { WEBHOOK_ENTITIES } from './webhooks/webhooks.module.js';
 
 /** The entities whose tables each repository's statements read, by the repository's path under src/. */
@@ -9,6 +10,7 @@ const REPOSITORY_ENTITIES: Record<string, ObjectType<object>[]> = {
   'auth/api-key.repository.ts': AUTH_ENTITIES,
   'jobs/history.repository.ts': JOB_ENTITIES,
   'webhooks/webhook-secret.repository.ts': WEBHOOK_ENTITIES,
+  'users/user.repository.ts': USER_ENTITIES,
 };
 
 const SRC = new URL('./', import.meta.url);

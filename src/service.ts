@@ -4,6 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import type { Request } from 'express';
 import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
+import { mountQueueBoard } from './admin/queue-board.js';
 import { AppModule } from './app.module.js';
 import { PrototypedExpressAdapter } from './common/express-adapter.js';
 import { createRootLogger, JsonLogger, requestLogging } from './common/logging.js';
@@ -48,6 +49,7 @@ async function bootstrap(config: AppConfig): Promise<void> {
       // Not content-hashed: a browser asks again each time, and gets 304 while the build is the same.
       maxAge: 0,
     });
+    mountQueueBoard(app);
   }
   await app.listen(config.port, config.host);
   logger.log(`Serving role "${config.role}" on ${config.publicBaseUrl}`, 'Bootstrap');

@@ -27,4 +27,8 @@ export class ApiKey {
 
   @Column({ name: 'revoked_at', type: 'timestamptz', nullable: true })
   revokedAt: Date | null;
+
+  /** Opens the admin pages (the queue board) too; otherwise a key like any other. */
+  @Column({ type: 'boolean', default: false })
+  admin: boolean;
 }

@@ -5,15 +5,15 @@ import type { ApiKey } from './api-key.entity.js';
 import type { User } from './user.entity.js';
 
 /** What is stored of a new key: never the key itself. */
-export type NewApiKey = Pick<ApiKey, 'prefix' | 'keyHash'>;
+export type NewApiKey = Pick<ApiKey, 'prefix' | 'keyHash' | 'admin'>;
 
 /** What authenticating a key needs of its row. */
-export type ActiveKeyRow = Pick<ApiKey, 'userId' | 'keyHash'>;
+export type ActiveKeyRow = Pick<ApiKey, 'userId' | 'keyHash' | 'admin'>;
 
 /** A key as the key tool lists it, with its user's name. */
-export type ApiKeyListingRow = Pick<ApiKey, 'prefix' | 'createdAt' | 'revokedAt'> & Pick<User, 'name'>;
+export type ApiKeyListingRow = Pick<ApiKey, 'prefix' | 'createdAt' | 'revokedAt' | 'admin'> & Pick<User, 'name'>;
 
-/** Every statement on `users` and `api_keys`. */
+/** Every statement on `api_keys`, and the `users` row a first key creates (the operators' others: UserRepository). */
 @Injectable()
 export class ApiKeyRepository {
   constructor(private readonly db: Database) {}
@@ -31,8 +31,8 @@ export class ApiKeyRepository {
         values: [userName],
       });
       await tx.query({
-        text: 'INSERT INTO api_keys (id, user_id, prefix, key_hash) VALUES ($1, $2, $3, $4)',
-        values: [randomUUID(), user.id, key.prefix, key.keyHash],
+        text: 'INSERT INTO api_keys (id, user_id, prefix, key_hash, admin) VALUES ($1, $2, $3, $4, $5)',
+        values: [randomUUID(), user.id, key.prefix, key.keyHash, key.admin],
       });
     });
   }
@@ -40,7 +40,7 @@ export class ApiKeyRepository {
   /** Every key, oldest first. */
   async list(): Promise<ApiKeyListingRow[]> {
     return this.db.query<ApiKeyListingRow>({
-      text: `SELECT k.prefix, u.name, k.created_at AS "createdAt", k.revoked_at AS "revokedAt"
+      text: `SELECT k.prefix, u.name, k.created_at AS "createdAt", k.revoked_at AS "revokedAt", k.admin
                FROM api_keys k JOIN users u ON u.id = k.user_id
               ORDER BY k.created_at`,
       values: [],
@@ -60,7 +60,8 @@ export class ApiKeyRepository {
   async findActive(prefix: string): Promise<ActiveKeyRow | undefined> {
     const [row] = await this.db.read<ActiveKeyRow>({
       name: 'api-key',
-      text: 'SELECT user_id AS "userId", key_hash AS "keyHash" FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL',
+      text: `SELECT user_id AS "userId", key_hash AS "keyHash", admin
+               FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL`,
       values: [prefix],
     });
     return row;

@@ -10,6 +10,7 @@ export interface ApiKeyListing {
   user: string;
   createdAt: Date;
   revokedAt: Date | null;
+  admin: boolean;
 }
 
 @Injectable()
@@ -27,10 +28,13 @@ export class ApiKeyService {
     this.cache = new LRUCache({ max: 10_000, ttl: config.authCacheTtlMs });
   }
 
-  /** Creates the user if new and returns a fresh key; the key is not stored and cannot be shown again. */
-  async create(userName: string): Promise<string> {
+  /**
+   * Creates the user if new and returns a fresh key, an admin key (it opens the admin pages too) when `admin`; the
+   * key is not stored and cannot be shown again.
+   */
+  async create(userName: string, { admin = false } = {}): Promise<string> {
     const key = generateApiKey();
-    await this.keys.createForUser(userName, { prefix: lookupPrefix(key), keyHash: hashApiKey(key) });
+    await this.keys.createForUser(userName, { prefix: lookupPrefix(key), keyHash: hashApiKey(key), admin });
     return key;
   }
 
@@ -41,6 +45,7 @@ export class ApiKeyService {
       user: key.name,
       createdAt: key.createdAt,
       revokedAt: key.revokedAt,
+      admin: key.admin,
     }));
   }
 
@@ -60,7 +65,7 @@ export class ApiKeyService {
 
     const row = await this.keys.findActive(lookupPrefix(key));
     if (!row || !hashesEqual(row.keyHash, hash)) return undefined;
-    const principal = { userId: row.userId };
+    const principal = { userId: row.userId, admin: row.admin };
     // A TTL of 0 is "no TTL" to lru-cache, but "no cache" to AUTH_CACHE_TTL_MS.
     if (this.config.authCacheTtlMs > 0) this.cache.set(cacheKey, principal);
     return principal;

@@ -4,6 +4,8 @@ import type { Request } from 'express';
 /** Who a request's API key belongs to. */
 export interface Principal {
   userId: string;
+  /** The key opens the admin pages (the queue board) too. */
+  admin: boolean;
 }
 
 export type AuthenticatedRequest = Request & { principal: Principal };

@@ -10,4 +10,12 @@ export class User {
 
   @Column({ name: 'created_at', type: 'timestamptz', default: () => 'now()' })
   createdAt: Date;
+
+  /** The user's own pending-job limit (`igs limits set`); null: `LIMIT_MAX_PENDING`. */
+  @Column({ name: 'max_pending', type: 'integer', nullable: true })
+  maxPending: number | null;
+
+  /** The user's own creations-per-minute limit; null: `LIMIT_CREATIONS_PER_MINUTE`. */
+  @Column({ name: 'creations_per_minute', type: 'integer', nullable: true })
+  creationsPerMinute: number | null;
 }

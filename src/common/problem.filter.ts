@@ -26,9 +26,14 @@ export class ProblemFilter implements ExceptionFilter {
       response.destroy();
       return;
     }
-    for (const [name, value] of Object.entries(error.options.headers ?? {})) response.setHeader(name, value);
-    response.status(error.status).type('application/problem+json').send(JSON.stringify(error.toProblem()));
+    sendProblem(response, error);
   }
+}
+
+/** Answers with the error's problem document and the headers it carries. */
+export function sendProblem(response: Response, error: DomainError): void {
+  for (const [name, value] of Object.entries(error.options.headers ?? {})) response.setHeader(name, value);
+  response.status(error.status).type('application/problem+json').send(JSON.stringify(error.toProblem()));
 }
 
 const HTTP_STATUS_CODES: Record<number, ProblemCode> = {

@@ -8,6 +8,8 @@ import type { AppConfig } from '../config/config.js';
 export const DOCS_ROUTE = 'docs';
 /** Where the playground page is served (service.ts, built into dist/playground). */
 export const PLAYGROUND_ROUTE = 'playground';
+/** Where the queue board is served to admin keys (src/admin/queue-board.ts). */
+export const QUEUE_BOARD_ROUTE = 'admin/queues';
 
 type Middleware = (request: IncomingMessage, response: ServerResponse, next: (error?: unknown) => void) => void;
 
@@ -52,6 +54,25 @@ const PLAYGROUND_POLICY = {
 };
 
 /**
+ * Bull Board's page: its scripts, stylesheets, images and API calls come from the service, under the `<base href>` it
+ * sets to its own route. Its page has inline `<style>` blocks and style attributes, its scripts add styles of their
+ * own as they render (so no list of hashes would do), and it loads the IBM Plex web
+ * fonts from Google Fonts (a stylesheet from fonts.googleapis.com, the fonts from fonts.gstatic.com). Nothing inline
+ * runs as script: the one inline `<script>` block is its configuration, as JSON, which is not run.
+ */
+const QUEUE_BOARD_POLICY = {
+  'default-src': ["'none'"],
+  'script-src': ["'self'"],
+  'style-src': ["'self'", "'unsafe-inline'", 'https://fonts.googleapis.com'],
+  'font-src': ['https://fonts.gstatic.com'],
+  'img-src': ["'self'"],
+  'connect-src': ["'self'"],
+  'base-uri': ["'self'"],
+  'form-action': ["'none'"],
+  'frame-ancestors': ["'none'"],
+};
+
+/**
  * Helmet's headers (nosniff, HSTS, Referrer-Policy, ...) on every response, with a Content-Security-Policy
  * per kind of content. Media may be embedded by frontends on other origins (`<img>` is a no-cors request,
  * which `Cross-Origin-Resource-Policy: same-origin` would block).
@@ -68,6 +89,7 @@ function securityHeaders(): Middleware {
   const api = withPolicy(API_POLICY);
   const docs = withPolicy(DOCS_POLICY);
   const playground = withPolicy(PLAYGROUND_POLICY);
+  const queueBoard = withPolicy(QUEUE_BOARD_POLICY);
   const media = withPolicy(API_POLICY, { policy: 'cross-origin' });
   const under = (path: string, route: string) => path === `/${route}` || path.startsWith(`/${route}/`);
   return (request, response, next) => {
@@ -76,9 +98,11 @@ function securityHeaders(): Middleware {
       ? docs
       : under(path, PLAYGROUND_ROUTE)
         ? playground
-        : path.startsWith('/media/')
-          ? media
-          : api;
+        : under(path, QUEUE_BOARD_ROUTE)
+          ? queueBoard
+          : path.startsWith('/media/')
+            ? media
+            : api;
     response.setHeaders(headers);
     next();
   };

@@ -4,6 +4,7 @@ import { HistoryCounts1795296939184 } from './migrations/1795296939184-HistoryCo
 import { CreateHistoryItem1795301680431 } from './migrations/1795301680431-CreateHistoryItem.js';
 import { Webhooks1795310000000 } from './migrations/1795310000000-Webhooks.js';
 import { RetentionIndex1795320000000 } from './migrations/1795320000000-RetentionIndex.js';
+import { AdminKeysAndUserLimits1795330000000 } from './migrations/1795330000000-AdminKeysAndUserLimits.js';
 
 export const MIGRATIONS = [
   Initial1795292142970,
@@ -11,6 +12,7 @@ export const MIGRATIONS = [
   CreateHistoryItem1795301680431,
   Webhooks1795310000000,
   RetentionIndex1795320000000,
+  AdminKeysAndUserLimits1795330000000,
 ];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */

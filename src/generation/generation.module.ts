@@ -3,12 +3,13 @@ import { JobsModule } from '../jobs/jobs.module.js';
 import { GenerationController } from './generation.controller.js';
 import { GenerationService } from './generation.service.js';
 import { IdempotencyKeys } from './idempotency.js';
-import { CreationRateLimit } from './limits.js';
+import { UsersModule } from '../users/users.module.js';
+import { CreationRateLimit, UserLimits } from './limits.js';
 import { UploadParser } from './upload.js';
 
 @Module({
-  imports: [JobsModule],
+  imports: [JobsModule, UsersModule],
   controllers: [GenerationController],
-  providers: [GenerationService, UploadParser, IdempotencyKeys, CreationRateLimit],
+  providers: [GenerationService, UploadParser, IdempotencyKeys, CreationRateLimit, UserLimits],
 })
 export class GenerationModule {}

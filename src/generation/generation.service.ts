@@ -2,7 +2,6 @@ import { createHash, randomUUID } from 'node:crypto';
 import { Inject, Injectable } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { DomainError } from '../common/problem.js';
-import { AppConfig } from '../config/config.js';
 import { inputKeysOf, type StoredInput } from '../jobs/history-item.entity.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobWaits } from '../jobs/job-waits.js';
@@ -10,7 +9,7 @@ import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
 import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
-import { CreationRateLimit } from './limits.js';
+import { CreationRateLimit, UserLimits } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
 
 const PENDING_RETRY_AFTER_SECONDS = '5';
@@ -19,12 +18,12 @@ const PENDING_RETRY_AFTER_SECONDS = '5';
 export class GenerationService {
   constructor(
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
-    private readonly config: AppConfig,
     private readonly uploads: UploadParser,
     private readonly lifecycle: JobLifecycle,
     private readonly waits: JobWaits,
     private readonly idempotency: IdempotencyKeys,
     private readonly rateLimit: CreationRateLimit,
+    private readonly limits: UserLimits,
   ) {}
 
   /** Validates the upload, records the job and queues it; answers what the client is to receive. */
@@ -100,10 +99,11 @@ export class GenerationService {
       inputs: stored,
       webhookUrl: upload.webhookUrl,
     };
-    if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, this.config.limitMaxPending))) {
+    const { maxPending } = await this.limits.of(userId);
+    if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, maxPending))) {
       throw new DomainError(
         'too_many_pending',
-        `At most ${this.config.limitMaxPending} jobs may be pending at once; wait for some to finish.`,
+        `At most ${maxPending} jobs may be pending at once; wait for some to finish.`,
         { headers: { 'Retry-After': PENDING_RETRY_AFTER_SECONDS } },
       );
     }

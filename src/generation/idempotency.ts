@@ -39,7 +39,7 @@ export class IdempotencyKeys {
   }
 
   async claim(userId: string, idempotencyKey: string, fingerprint: string): Promise<Claim> {
-    const key = `idem:${userId}:${createHash('sha256').update(idempotencyKey).digest('hex')}`;
+    const key = `${idempotencyKeysOf(userId)}${createHash('sha256').update(idempotencyKey).digest('hex')}`;
     const entry: Entry = { state: 'processing', fingerprint };
     const claimed = await this.redis.set(key, JSON.stringify(entry), 'EX', CLAIM_SECONDS, 'NX');
     if (claimed) return { kind: 'claimed', key };
@@ -70,4 +70,9 @@ export class IdempotencyKeys {
   async release(claimKey: string): Promise<void> {
     await this.redis.del(claimKey);
   }
+}
+
+/** What the names of a user's idempotency keys start with (a user's removal deletes them). */
+export function idempotencyKeysOf(userId: string): string {
+  return `idem:${userId}:`;
 }

@@ -4,8 +4,47 @@ import { LRUCache } from 'lru-cache';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { REDIS } from '../redis/redis.module.js';
+import { UserRepository } from '../users/user.repository.js';
 
 const WINDOW_MS = 60_000;
+
+/** A user's limits in effect: their own (`igs limits set`) where set, the service's defaults elsewhere. */
+export interface Limits {
+  maxPending: number;
+  creationsPerMinute: number;
+}
+
+/**
+ * How long a process keeps a user's limits: a change made with `igs limits` applies in every process within 10 s,
+ * counted from the change, so the cached value lives a little less, leaving room for the read that fetched it.
+ */
+const LIMITS_TTL_MS = 9_000;
+/** Users whose limits a process keeps at once; the least recently used go first. */
+const LIMITS_MAX_USERS = 10_000;
+
+/** Each user's limits, read from their `users` row at most once per LIMITS_TTL_MS per process. */
+@Injectable()
+export class UserLimits {
+  private readonly cache: LRUCache<string, Limits>;
+
+  constructor(users: UserRepository, config: AppConfig) {
+    this.cache = new LRUCache<string, Limits>({
+      max: LIMITS_MAX_USERS,
+      ttl: LIMITS_TTL_MS,
+      fetchMethod: async (userId) => {
+        const own = await users.limitsOf(userId);
+        return {
+          maxPending: own?.maxPending ?? config.limitMaxPending,
+          creationsPerMinute: own?.creationsPerMinute ?? config.limitCreationsPerMinute,
+        };
+      },
+    });
+  }
+
+  async of(userId: string): Promise<Limits> {
+    return (await this.cache.fetch(userId))!;
+  }
+}
 
 /**
  * Takes one creation when the weighted count leaves room for it: KEYS = this minute's and the previous
@@ -68,7 +107,7 @@ export class CreationRateLimit {
 
   constructor(
     @Inject(REDIS) private readonly redis: Redis,
-    private readonly config: AppConfig,
+    private readonly limits: UserLimits,
   ) {
     redis.defineCommand('takeCreation', { numberOfKeys: 2, lua: TAKE_SCRIPT });
     redis.defineCommand('refundCreation', { numberOfKeys: 1, lua: REFUND_SCRIPT });
@@ -82,18 +121,19 @@ export class CreationRateLimit {
    */
   async check(userId: string, now = Date.now()): Promise<void> {
     const { minute, key, previousKey, elapsedMs } = windowOf(userId, now);
+    const { creationsPerMinute: limit } = await this.limits.of(userId);
     const known = this.known.get(userId);
-    if (known && known.minute === minute && known.room > this.config.limitCreationsPerMinute / 2) return;
+    if (known && known.minute === minute && known.room > limit / 2) return;
     const [current, previous] = await this.redis.mget(key, previousKey);
     const used = Number(current ?? 0);
     const before = Number(previous ?? 0);
-    if (this.room(used, before, elapsedMs) < 1) this.refuse(used, before, elapsedMs);
+    if (room(limit, used, before, elapsedMs) < 1) refuse(limit, used, before, elapsedMs);
   }
 
   /** Takes one creation from the budget in one round trip, or refuses with the seconds until one is free. */
   async take(userId: string, now = Date.now()): Promise<CreationTicket> {
     const { minute, key, previousKey, elapsedMs } = windowOf(userId, now);
-    const limit = this.config.limitCreationsPerMinute;
+    const { creationsPerMinute: limit } = await this.limits.of(userId);
     const [taken, current, previous] = await this.commands.takeCreation(
       key,
       previousKey,
@@ -102,9 +142,9 @@ export class CreationRateLimit {
       2 * WINDOW_MS,
     );
     // The counts are from before this take, which used one of the room they leave.
-    const room = taken === 1 ? this.room(current, previous, elapsedMs) - 1 : 0;
-    this.known.set(userId, { minute, room });
-    if (taken !== 1) this.refuse(current, previous, elapsedMs);
+    const left = taken === 1 ? room(limit, current, previous, elapsedMs) - 1 : 0;
+    this.known.set(userId, { minute, room: left });
+    if (taken !== 1) refuse(limit, current, previous, elapsedMs);
     return { key };
   }
 
@@ -112,19 +152,18 @@ export class CreationRateLimit {
   async refund(ticket: CreationTicket): Promise<void> {
     await this.commands.refundCreation(ticket.key);
   }
+}
 
-  /** Creations the budget still allows with these counts: the sliding window of TAKE_SCRIPT. */
-  private room(current: number, previous: number, elapsedMs: number): number {
-    return this.config.limitCreationsPerMinute - (previous * (WINDOW_MS - elapsedMs)) / WINDOW_MS - current;
-  }
+/** Creations a budget of `limit` still allows with these counts: the sliding window of TAKE_SCRIPT. */
+function room(limit: number, current: number, previous: number, elapsedMs: number): number {
+  return limit - (previous * (WINDOW_MS - elapsedMs)) / WINDOW_MS - current;
+}
 
-  private refuse(current: number, previous: number, elapsedMs: number): never {
-    const limit = this.config.limitCreationsPerMinute;
-    const retryAfter = secondsUntilFree(limit, current, previous, elapsedMs);
-    throw new DomainError('rate_limited', `At most ${limit} job creations a minute; retry in ${retryAfter} s.`, {
-      headers: { 'Retry-After': String(retryAfter) },
-    });
-  }
+function refuse(limit: number, current: number, previous: number, elapsedMs: number): never {
+  const retryAfter = secondsUntilFree(limit, current, previous, elapsedMs);
+  throw new DomainError('rate_limited', `At most ${limit} job creations a minute; retry in ${retryAfter} s.`, {
+    headers: { 'Retry-After': String(retryAfter) },
+  });
 }
 
 /** This minute's and the previous minute's counters, and how far into this minute `now` is (ms). */
@@ -139,7 +178,12 @@ function windowOf(userId: string, now: number) {
 }
 
 function counterKey(userId: string, minute: number): string {
-  return `rate:create:${userId}:${minute}`;
+  return `${creationCountersOf(userId)}${minute}`;
+}
+
+/** What the names of a user's creation counters start with (a user's removal deletes them). */
+export function creationCountersOf(userId: string): string {
+  return `rate:create:${userId}:`;
 }
 
 /**

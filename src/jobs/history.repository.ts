@@ -191,6 +191,15 @@ export class HistoryRepository {
     return row;
   }
 
+  /** Some of a user's items, pending ones first (a user's removal takes them batch by batch). */
+  async someOf(userId: string, limit: number): Promise<Pick<HistoryItem, 'id' | 'status'>[]> {
+    return this.db.query<Pick<HistoryItem, 'id' | 'status'>>({
+      text: `SELECT id, status FROM history_items WHERE user_id = $1
+              ORDER BY status <> 'pending', created_at LIMIT $2`,
+      values: [userId, limit],
+    });
+  }
+
   /** An item with its owner, for its webhook: whoever's it is. */
   async findWithOwner(id: string): Promise<(HistoryItemRow & { userId: string }) | undefined> {
     const [row] = await this.db.query<HistoryItemRow & { userId: string }>({

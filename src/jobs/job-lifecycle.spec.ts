@@ -32,12 +32,13 @@ function newItem(): NewHistoryItem {
 }
 
 /** A history table of one row at most, and the storage and queue around it, all recording into `steps`. */
-function world(options: { queueDown?: boolean; pendingLimitReached?: boolean } = {}) {
+function world(options: { queueDown?: boolean; pendingLimitReached?: boolean; insertFails?: boolean } = {}) {
   const steps: Step[] = [];
   let row: (EndedRow & { status: JobStatus }) | undefined;
   const items = {
     createWithinPendingLimit: (item: NewHistoryItem) => {
       if (options.pendingLimitReached) return Promise.resolve(false);
+      if (options.insertFails) return Promise.reject(new Error('insert or update on table "history_items" violates'));
       steps.push('insert row');
       row = { id: item.id, userId: item.userId, tool: item.tool, status: 'pending', inputs: item.inputs };
       return Promise.resolve(true);
@@ -136,6 +137,16 @@ describe('JobLifecycle', () => {
       const { sut, steps, announced } = world({ pendingLimitReached: true });
 
       expect(await sut.accept(newItem(), 10)).toBe(false);
+      await settled();
+
+      expect(steps).toEqual([DELETE_INPUTS]);
+      expect(announced).toEqual([]);
+    });
+
+    it('when the row cannot be written (its user was removed meanwhile): removes the inputs and passes the error on', async () => {
+      const { sut, steps, announced } = world({ insertFails: true });
+
+      await expect(sut.accept(newItem(), 10)).rejects.toThrow('history_items');
       await settled();
 
       expect(steps).toEqual([DELETE_INPUTS]);

@@ -38,10 +38,18 @@ export class JobLifecycle {
   /**
    * Records the item (its inputs already stored) and queues its job. The row is written first and is the outbox the
    * reconciler re-queues from; if queueing fails, the row and inputs go again and the error is passed on, so nothing
-   * half-accepted stays behind. Resolves false, storing nothing, when the user has `maxPending` pending items.
+   * half-accepted stays behind. Resolves false, storing nothing, when the user has `maxPending` pending items; the
+   * inputs go too when the row cannot be written (the user was removed meanwhile, the database is down).
    */
   async accept(item: NewHistoryItem, maxPending: number): Promise<boolean> {
-    if (!(await this.items.createWithinPendingLimit(item, maxPending))) {
+    let created: boolean;
+    try {
+      created = await this.items.createWithinPendingLimit(item, maxPending);
+    } catch (error) {
+      await this.inputs.delete(inputKeysOf(item.inputs));
+      throw error;
+    }
+    if (!created) {
       await this.inputs.delete(inputKeysOf(item.inputs));
       return false;
     }

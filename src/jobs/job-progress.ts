@@ -83,6 +83,7 @@ export class JobProgress {
   }
 }
 
-function progressKey(id: string): string {
+/** Where a running job's progress is kept. */
+export function progressKey(id: string): string {
   return `progress:${id}`;
 }

@@ -42,6 +42,16 @@ export class WebhookQueue {
     );
   }
 
+  /** Drops the item's message, queued or kept after its delivery; false when a worker is delivering it just now. */
+  async drop(historyItemId: string): Promise<boolean> {
+    try {
+      await (await this.queue.getJob(historyItemId))?.remove();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   /** Runs `handler` for each attempt; what it throws is retried on the schedule until the attempts run out. */
   process(concurrency: number, handler: (delivery: WebhookDelivery) => Promise<void>): void {
     void this.queue.process(DELIVER_JOB, concurrency, (job: Job<WebhookJobData>) =>

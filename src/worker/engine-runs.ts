@@ -17,7 +17,7 @@ export class EngineRuns {
   ) {}
 
   for(jobId: string): RunRecord {
-    const key = `engine-run:${jobId}`;
+    const key = engineRunKey(jobId);
     return {
       recall: async () => (await this.redis.get(key)) ?? undefined,
       remember: async (runId) => {
@@ -28,4 +28,9 @@ export class EngineRuns {
       },
     };
   }
+}
+
+/** Where the id of the remote run of a job is kept. */
+export function engineRunKey(jobId: string): string {
+  return `engine-run:${jobId}`;
 }

@@ -6,6 +6,12 @@ import { AppConfig } from '../config/config.js';
 import type { EngineSlot } from '../engines/index.js';
 import { REDIS } from '../redis/redis.module.js';
 
+/**
+ * What each engine's semaphore is named after; redis-semaphore keeps it as a sorted set at `semaphore:<name>`, the
+ * holders named by their job ids.
+ */
+export const ENGINE_SLOTS = 'engine-slots:';
+
 /** How often a job waiting for a slot tries again, unless a slot is freed in its own process first. */
 const RETRY_INTERVAL_MS = 20;
 
@@ -31,7 +37,7 @@ export class EngineSlots {
    * it; rejects with the signal's reason if it fires first.
    */
   async acquire(engine: string, concurrency: number, jobId: string, signal: AbortSignal): Promise<() => Promise<void>> {
-    const key = `engine-slots:${engine}`;
+    const key = `${ENGINE_SLOTS}${engine}`;
     const options = {
       identifier: jobId,
       lockTimeout: this.config.jobLockMs,

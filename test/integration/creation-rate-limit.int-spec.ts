@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { DomainError } from '../../src/common/problem.js';
-import type { AppConfig } from '../../src/config/config.js';
-import { CreationRateLimit } from '../../src/generation/limits.js';
+import { CreationRateLimit, type UserLimits } from '../../src/generation/limits.js';
 import { FAIL_FAST_OPTIONS, ServiceRedis } from '../../src/redis/redis.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 
@@ -21,7 +20,8 @@ describe('CreationRateLimit', () => {
     env = await createTestEnvironment();
     redis = new ServiceRedis(env.redisUrl, { ...FAIL_FAST_OPTIONS, keyPrefix: `${env.redisPrefix}:` });
     await once(redis, 'ready');
-    sut = new CreationRateLimit(redis, { limitCreationsPerMinute: LIMIT } as AppConfig);
+    const limits = { of: () => Promise.resolve({ maxPending: 10, creationsPerMinute: LIMIT }) };
+    sut = new CreationRateLimit(redis, limits as unknown as UserLimits);
   }, 30_000);
 
   afterAll(async () => {
