@@ -50,10 +50,9 @@ export class EngineSlots {
     let held: Semaphore | undefined;
     while (!held) {
       signal.throwIfAborted();
-      // Taking a slot under the job's name while another run of the job holds one just renews that one: the usual
-      // case takes one call, and a full semaphore is asked whether the job is already in it.
-      if (await own.tryAcquire()) held = own;
-      else if (await shared.tryAcquire()) held = shared;
+      // Another run of this job holding a slot (its queue lock lapsed) shares it rather than taking a second one.
+      if (await shared.tryAcquire()) held = shared;
+      else if (await own.tryAcquire()) held = own;
       else await this.freedOrRetry(engine, signal);
     }
     const slot = held;
@@ -75,7 +74,9 @@ export class EngineSlots {
     engine: { engineName: string; concurrency: number | undefined; timeoutMs: number },
     jobId: string,
     stopped: AbortSignal,
-  ): { slot: EngineSlot | undefined; deadline: AbortSignal; end: () => Promise<void> } {
+    /** Also ends a wait for a slot (the worker is shutting down: a job that has not started is handed back). */
+    waiting: AbortSignal,
+  ): { slot: EngineSlot | undefined; deadline: AbortSignal; started: () => boolean; end: () => Promise<void> } {
     const deadline = new AbortController();
     let timer: NodeJS.Timeout | undefined;
     const startClock = () => {
@@ -99,7 +100,7 @@ export class EngineSlots {
         ? undefined
         : {
             take: async () => {
-              taking ??= this.acquire(engine.engineName, concurrency, jobId, stopped);
+              taking ??= this.acquire(engine.engineName, concurrency, jobId, AbortSignal.any([stopped, waiting]));
               await taking;
               startClock();
             },
@@ -109,6 +110,8 @@ export class EngineSlots {
     return {
       slot,
       deadline: deadline.signal,
+      // The engine's clock starts when the job has its turn (at once without slots).
+      started: () => timer !== undefined,
       end: async () => {
         clearTimeout(timer);
         await free();

@@ -28,6 +28,8 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   private readonly logger = new Logger(GenerationProcessor.name);
   /** Aborted on shutdown, so engines stop early and the job goes back to the queue. */
   private readonly shutdown = new AbortController();
+  /** Aborted as shutdown begins: a job still waiting for its engine's slot is handed back rather than started. */
+  private readonly draining = new AbortController();
 
   constructor(
     private readonly queue: JobQueue,
@@ -60,6 +62,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
 
   /** Stops taking jobs and lets running ones finish, for at most SHUTDOWN_TIMEOUT_MS. */
   async beforeApplicationShutdown(): Promise<void> {
+    this.draining.abort(new Error('worker shutting down'));
     const closed = this.queue.close();
     const timedOut = await Promise.race([
       closed.then(() => false),
@@ -90,7 +93,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     const stopped = AbortSignal.any([this.shutdown.signal, endedElsewhere.signal]);
     const progress = this.progress.start({ id, userId: item.userId });
     // A job waiting for its engine's slot stays pending; the engine's timeout starts once it has one.
-    const turn = this.slots.turn(route, id, stopped);
+    const turn = this.slots.turn(route, id, stopped, this.draining.signal);
 
     try {
       const images: Record<string, Buffer> = {};
@@ -146,6 +149,12 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         endAttempt('dropped');
         this.logger.log({ id, tool: item.tool }, 'job stopped: the item was canceled, deleted or ended meanwhile');
         return;
+      }
+      if (this.draining.signal.aborted && !turn.started()) {
+        // It never reached its model: another worker takes it once this one is gone.
+        endAttempt('dropped');
+        this.logger.log({ id, tool: item.tool }, 'job handed back: the worker is shutting down');
+        throw error;
       }
       endAttempt('failed');
       await this.fail(delivery, error, turn.deadline.aborted);

@@ -178,7 +178,13 @@ describe('engine failures', () => {
     const plans = new Map<string, FakeCogAnswer>();
 
     beforeAll(async () => {
-      world = await WorkerWorld.create((request) => plans.get(Object.values(request.images)[0]) ?? { kind: 'succeed' });
+      // The fake model runs as many jobs at once as the worker (Cog's own default is one).
+      world = await WorkerWorld.create(
+        (request) => plans.get(Object.values(request.images)[0]) ?? { kind: 'succeed' },
+        {
+          concurrency: 4,
+        },
+      );
       ({ env, processes, fake, queue } = world);
       // `default` is sent to a port nobody listens on: the engine's server is down altogether.
       const settings = {
