@@ -6,6 +6,7 @@ import type { Request } from 'express';
 import { type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { mountQueueBoard } from './admin/queue-board.js';
 import { AppModule } from './app.module.js';
+import { Draining } from './common/draining.js';
 import { PrototypedExpressAdapter } from './common/express-adapter.js';
 import { createRootLogger, JsonLogger, requestLogging } from './common/logging.js';
 import { DOCS_ROUTE, PLAYGROUND_ROUTE, hardenHttp } from './common/security.js';
@@ -34,6 +35,10 @@ async function bootstrap(config: AppConfig): Promise<void> {
   app.use(httpMetrics(app.get(Metrics)));
   hardenHttp(app, config);
   // process.exit(0) after the shutdown hooks, instead of re-raising the signal: SIGTERM ends with exit code 0.
+  // Before Nest's own shutdown hooks run (Bull's closes the queues and waits for their running jobs): from the signal
+  // on, nothing held open waits any longer and no job still waiting for its engine's slot starts.
+  const draining = app.get(Draining);
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => draining.begin());
   app.enableShutdownHooks([], { useProcessExit: true });
   if (config.runsApi) {
     const contract = app.get(Contract);

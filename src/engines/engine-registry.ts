@@ -72,11 +72,6 @@ export class EngineRegistry implements OnApplicationShutdown {
     }
   }
 
-  /** Slots of every remote server together: how many remote jobs could run at once. */
-  remoteSlots(): number {
-    return [...this.servers.values()].reduce((sum, { setting }) => sum + setting.concurrency, 0);
-  }
-
   route(tool: string, generationType: string): ResolvedRoute {
     return this.routes.get(`${tool}/${generationType}`) ?? this.routes.get(tool) ?? this.localRoute;
   }

@@ -74,9 +74,7 @@ export class EngineSlots {
     engine: { engineName: string; concurrency: number | undefined; timeoutMs: number },
     jobId: string,
     stopped: AbortSignal,
-    /** Also ends a wait for a slot (the worker is shutting down: a job that has not started is handed back). */
-    waiting: AbortSignal,
-  ): { slot: EngineSlot | undefined; deadline: AbortSignal; started: () => boolean; end: () => Promise<void> } {
+  ): { slot: EngineSlot | undefined; deadline: AbortSignal; end: () => Promise<void> } {
     const deadline = new AbortController();
     let timer: NodeJS.Timeout | undefined;
     const startClock = () => {
@@ -100,7 +98,7 @@ export class EngineSlots {
         ? undefined
         : {
             take: async () => {
-              taking ??= this.acquire(engine.engineName, concurrency, jobId, AbortSignal.any([stopped, waiting]));
+              taking ??= this.acquire(engine.engineName, concurrency, jobId, stopped);
               await taking;
               startClock();
             },
@@ -110,8 +108,6 @@ export class EngineSlots {
     return {
       slot,
       deadline: deadline.signal,
-      // The engine's clock starts when the job has its turn (at once without slots).
-      started: () => timer !== undefined,
       end: async () => {
         clearTimeout(timer);
         await free();

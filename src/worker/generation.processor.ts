@@ -28,8 +28,6 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   private readonly logger = new Logger(GenerationProcessor.name);
   /** Aborted on shutdown, so engines stop early and the job goes back to the queue. */
   private readonly shutdown = new AbortController();
-  /** Aborted as shutdown begins: a job still waiting for its engine's slot is handed back rather than started. */
-  private readonly draining = new AbortController();
 
   constructor(
     private readonly queue: JobQueue,
@@ -47,12 +45,9 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   ) {}
 
   onApplicationBootstrap(): void {
-    // Local jobs run on WORKER_CONCURRENCY threads. A remote engine's jobs take no CPU while the model runs, and each
-    // spends some time before and after its turn on the server (inputs read and sent, output read and stored): the
-    // worker takes twice as many of them as the remote servers have slots, so that a job is ready for every slot the
-    // moment it is free and no GPU waits on the service.
-    const remote = 2 * this.engines.remoteSlots();
-    this.queue.process(this.config.workerConcurrency + remote, (delivery) => this.run(delivery));
+    // WORKER_CONCURRENCY jobs at once, of any engine: local ones each on an engine thread, remote ones mostly waiting
+    // on their model server (docs/engines.md says how to size it for GPUs).
+    this.queue.process(this.config.workerConcurrency, (delivery) => this.run(delivery));
     // Jobs that failed without reaching the processor's own bookkeeping (stalled too often) end here.
     this.queue.onFinalFailure((id, error) => {
       this.logger.warn({ id, err: error.message }, 'job failed');
@@ -62,7 +57,6 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
 
   /** Stops taking jobs and lets running ones finish, for at most SHUTDOWN_TIMEOUT_MS. */
   async beforeApplicationShutdown(): Promise<void> {
-    this.draining.abort(new Error('worker shutting down'));
     const closed = this.queue.close();
     const timedOut = await Promise.race([
       closed.then(() => false),
@@ -93,7 +87,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     const stopped = AbortSignal.any([this.shutdown.signal, endedElsewhere.signal]);
     const progress = this.progress.start({ id, userId: item.userId });
     // A job waiting for its engine's slot stays pending; the engine's timeout starts once it has one.
-    const turn = this.slots.turn(route, id, stopped, this.draining.signal);
+    const turn = this.slots.turn(route, id, stopped);
 
     try {
       const images: Record<string, Buffer> = {};
@@ -149,12 +143,6 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         endAttempt('dropped');
         this.logger.log({ id, tool: item.tool }, 'job stopped: the item was canceled, deleted or ended meanwhile');
         return;
-      }
-      if (this.draining.signal.aborted && !turn.started()) {
-        // It never reached its model: another worker takes it once this one is gone.
-        endAttempt('dropped');
-        this.logger.log({ id, tool: item.tool }, 'job handed back: the worker is shutting down');
-        throw error;
       }
       endAttempt('failed');
       await this.fail(delivery, error, turn.deadline.aborted);

@@ -188,7 +188,7 @@ describe('engine failures', () => {
       ({ env, processes, fake, queue } = world);
       // `default` is sent to a port nobody listens on: the engine's server is down altogether.
       const settings = {
-        ...cogEngine(fake),
+        ...cogEngine(fake, { timeoutMs: ENGINE_TIMEOUT_MS }),
         ENGINE_DEFAULT: `cog:http://127.0.0.1:${await freePort()}`,
         JOB_ATTEMPTS: String(ATTEMPTS),
         ENGINE_TIMEOUT_MS: String(ENGINE_TIMEOUT_MS),
@@ -252,8 +252,10 @@ describe('engine failures', () => {
         const { item } = ended.find((e) => e.item.history_item_id === id)!;
         expect({ kind, code: item.error?.code }).toEqual({ kind, code });
         await expectFailedLeavingNothing(env, api.baseUrl, item, code);
-        // Retried as often as configured, no more: the item ended with the last attempt.
-        if (clothes) expect(fake.requestsFor(clothes)).toHaveLength(ATTEMPTS);
+        // Retried as often as configured, no more: the item ended with the last attempt, each attempt having tried a
+        // failing request REQUEST_ATTEMPTS times (a hanging one is stopped by the attempt's timeout instead).
+        const perAttempt = kind === 'never answers' ? 1 : REQUEST_ATTEMPTS;
+        if (clothes) expect(fake.requestsFor(clothes)).toHaveLength(ATTEMPTS * perAttempt);
       }
       expect(await statusCounts(env)).toEqual({ error: jobs.length });
       expect(counts).toMatchObject({ waiting: 0, active: 0, delayed: 0, failed: jobs.length });

@@ -33,11 +33,13 @@ export const TOOL = 'fashion_card';
  * Sends the test tool's jobs to the fake Cog server: by the `ENGINE_FASHION_CARD=cog:<url>` shortcut (one prediction at
  * a time), or, for a fake that runs several at once, by a routing file that says so.
  */
-export function cogEngine(fake: FakeCog): Record<string, string> {
+export function cogEngine(fake: FakeCog, options: { timeoutMs?: number } = {}): Record<string, string> {
   if (fake.concurrency === 1) return { ENGINE_FASHION_CARD: `cog:${fake.url}` };
   const file = join(mkdtempSync(join(tmpdir(), 'fake-cog-')), 'engines.yaml');
+  // The shortcut's timeout is ENGINE_TIMEOUT_MS; a routing file's engine has its own (5 minutes unless set).
+  const timeout = options.timeoutMs === undefined ? {} : { timeout: `${options.timeoutMs}ms` };
   const routing = {
-    engines: { fake: { kind: 'cog', url: fake.url, concurrency: fake.concurrency } },
+    engines: { fake: { kind: 'cog', url: fake.url, concurrency: fake.concurrency, ...timeout } },
     routes: { [TOOL]: { engine: 'fake', inputs: { clothes: 'clothes' } } },
   };
   // JSON is YAML.

@@ -51,6 +51,8 @@ export async function run() {
     await writeFile(join(folder, 'engines.yaml'), routingFile(fake.url));
     const settings = {
       ENGINES_FILE: join(folder, 'engines.yaml'),
+      // Twice the server's slots, as docs/engines.md advises: a job is ready the moment a slot frees.
+      WORKER_CONCURRENCY: String(2 * SLOTS),
       LIMIT_MAX_PENDING: '100000',
       LIMIT_CREATIONS_PER_MINUTE: '100000',
     };

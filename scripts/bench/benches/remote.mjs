@@ -58,6 +58,8 @@ export async function run() {
   );
   const settings = {
     ENGINES_FILE: enginesFile,
+    // Twice the GPU's slots, as docs/engines.md advises: a job is ready the moment a slot frees.
+    WORKER_CONCURRENCY: String(2 * SLOTS),
     LIMIT_MAX_PENDING: '1000000',
     LIMIT_CREATIONS_PER_MINUTE: '1000000',
   };
