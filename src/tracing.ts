@@ -4,6 +4,7 @@ import { ExpressInstrumentation, ExpressLayerType } from '@opentelemetry/instrum
 import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
 import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
 import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
+import { UndiciInstrumentation } from '@opentelemetry/instrumentation-undici';
 import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { NodeSDK } from '@opentelemetry/sdk-node';
@@ -26,6 +27,10 @@ export function startTracing(settings: TracingSettings): void {
   register('@opentelemetry/instrumentation/hook.mjs', import.meta.url, { data: { include: INSTRUMENTED } });
   const sdk = new NodeSDK({
     serviceName: settings.serviceName,
+    // Traces only: the service's metrics are Prometheus's (`/metrics`) and its logs go to stdout. Left to their
+    // defaults, the SDK would also post metrics and logs to the OTLP endpoint, and record a histogram per request.
+    metricReaders: [],
+    logRecordProcessors: [],
     traceExporter: settings.protocol === 'http/json' ? new JsonExporter() : new ProtobufExporter(),
     instrumentations: [
       new HttpInstrumentation({ ignoreIncomingRequestHook: isProbe }),
@@ -37,6 +42,9 @@ export function startTracing(settings: TracingSettings): void {
       // A span per pool checkout would double the database spans of every request for little: the queries stay.
       new PgInstrumentation({ requireParentSpan: true, ignoreConnectSpans: true }),
       new IORedisInstrumentation({ requireParentSpan: true }),
+      // The engines call model servers with fetch, which is undici's: a span per call, and its traceparent header,
+      // so a model server that traces (ComfyUI behind a proxy, Replicate) joins the job's trace.
+      new UndiciInstrumentation({ requireParentforSpans: true }),
     ],
   });
   sdk.start();

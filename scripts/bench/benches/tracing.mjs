@@ -4,8 +4,11 @@
  *   (`baselines/otlp-sink.mjs`);
  * - `off`: this build with no OTLP endpoint set (no SDK started);
  * - `before`: the service as it was before tracing came in (the parent of the commit that added src/tracing.ts),
- *   built from git into a temporary directory with the same node_modules.
- * Two loads on each, alternating, 8 s rounds, twice each, best round per side: job creation (16 connections,
+ *   built from git into a temporary directory with the same node_modules;
+ * - `context`: `off` with one AsyncLocalStorage enabled at start and nothing else, for information: the part of
+ *   `on`'s cost that is Node's context propagation (OpenTelemetry's context manager is an AsyncLocalStorage), which
+ *   on Node 20 runs a hook for every promise the process creates, traced or not.
+ * (Four processes in all.) Two loads on each, alternating, 8 s rounds, twice each, best round per side: job creation (16 connections,
  * fashion_swap with two 1024x1024 JPEGs) and item GET (50 connections, over the items the creations made).
  * Targets: on / off >= 0.85, off / before >= 0.97.
  */
@@ -34,6 +37,10 @@ const DURATION_MS = 8_000;
 const ROUNDS = 2;
 const PATH = '/generation/generate_image_v2/';
 const UNLIMITED = { LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' };
+/** Preloaded by the `context` side: enables AsyncLocalStorage's hooks as OpenTelemetry's first context switch does. */
+const ENABLE_ASYNC_LOCAL_STORAGE = `--import=data:text/javascript,${encodeURIComponent(
+  "import { AsyncLocalStorage } from 'node:async_hooks'; new AsyncLocalStorage().run({}, () => {});",
+)}`;
 
 export const description =
   'job creation and item GET req/s, ROLE=api: tracing on (exporting to a loopback collector) / off / before tracing';
@@ -71,41 +78,43 @@ export async function run() {
     const collector = await env.startScript(new URL('../baselines/otlp-sink.mjs', import.meta.url).pathname);
     // The first applies the migrations; the others find the schema ready.
     const off = await env.startService({ ROLE: 'api', ...UNLIMITED });
-    const [on, before] = await Promise.all([
+    const [on, before, context] = await Promise.all([
       env.startService({ ROLE: 'api', ...UNLIMITED, OTEL_EXPORTER_OTLP_ENDPOINT: collector.baseUrl }),
       env.startService({ ROLE: 'api', ...UNLIMITED }, { main: beforeMain }),
+      env.startService({ ROLE: 'api', ...UNLIMITED, NODE_OPTIONS: ENABLE_ASYNC_LOCAL_STORAGE }),
     ]);
     const { authorization } = await createUserWithKey(env.databaseUrl);
     // No worker runs here: inputs are swept away as a worker would consume them.
     stopSweeping = sweepInputs(env.inputRoot);
 
-    const sides = { on, off, before };
-    const create = (service) => () => ({
-      url: `${service.baseUrl}${PATH}`,
+    const sides = { on, off, before, context };
+    const post = {
       method: 'POST',
+      path: PATH,
       headers: { Authorization: authorization, 'Content-Type': form.contentType },
       body: form.body,
-    });
-    for (const service of Object.values(sides)) {
-      const probe = await request(undefined, create(service)());
-      if (probe.status !== 202) throw new Error(`${service.name} refused the job: ${probe.status} ${probe.body}`);
+    };
+    for (const [name, service] of Object.entries(sides)) {
+      const probe = await request(undefined, { ...post, url: `${service.baseUrl}${PATH}` });
+      if (probe.status !== 202) throw new Error(`${name} refused the job: ${probe.status} ${probe.body}`);
     }
     log(`  job creation: ${CREATE_CONNECTIONS} connections`);
     const created = await alternateLoads(
-      Object.fromEntries(Object.entries(sides).map(([name, s]) => [name, { make: create(s), pid: s.pid }])),
+      Object.fromEntries(
+        Object.entries(sides).map(([name, s]) => [name, { target: { url: s.baseUrl, requests: [post] }, pid: s.pid }]),
+      ),
       { rounds: ROUNDS, concurrency: CREATE_CONNECTIONS, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
     );
 
     await db.connect();
     const { rows } = await db.query('SELECT id FROM history_items ORDER BY random() LIMIT 1000');
     const ids = rows.map((row) => row.id);
-    const get = (service) => (i) => ({
-      url: `${service.baseUrl}/user/generation-history/${ids[i % ids.length]}`,
-      headers: { Authorization: authorization },
-    });
+    const items = ids.map((id) => ({ path: `/user/generation-history/${id}`, headers: { Authorization: authorization } }));
     log(`  item GET: ${GET_CONNECTIONS} connections, ${ids.length} items`);
     const read = await alternateLoads(
-      Object.fromEntries(Object.entries(sides).map(([name, s]) => [name, { make: get(s), pid: s.pid }])),
+      Object.fromEntries(
+        Object.entries(sides).map(([name, s]) => [name, { target: { url: s.baseUrl, requests: items }, pid: s.pid }]),
+      ),
       { rounds: ROUNDS, concurrency: GET_CONNECTIONS, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
     );
     await on.stop();
@@ -133,6 +142,8 @@ export async function run() {
         value: 0.97,
         text: '>= 0.97',
       });
+      const contextOff = results.context.rps / results.off.rps;
+      record('tracing', `${load}: AsyncLocalStorage alone / off (info)`, contextOff, contextOff.toFixed(2));
     }
   } finally {
     stopSweeping?.();

@@ -142,6 +142,13 @@ describe('traces', () => {
       // What the engine does in Redis (its run record, its slot) hangs under the engine span.
       const engineCalls = workerSpans.filter((span) => span.parentSpanId === engine?.spanId);
       expect(engineCalls.some((span) => span.attributes['db.system.name'] === 'redis')).toBe(true);
+      // The call to the model server is a client span of the engine's, and carries the trace to the server.
+      const modelCall = engineCalls.find(
+        (span) => span.kind === SPAN_KIND.client && span.attributes['http.request.method'] === 'PUT',
+      );
+      expect(modelCall?.attributes['url.full']).toMatch(/\/predictions\/[^/]+$/);
+      const prediction = world.fake.calls.find((call) => call.method === 'PUT' && call.path.endsWith(id));
+      expect(prediction?.headers.traceparent).toBe(`00-${traceId}-${modelCall?.spanId}-01`);
       const names = workerSpans.map((span) => span.name);
       expect(names).toEqual(expect.arrayContaining(['store outputs', 'send webhooks', 'process webhooks']));
       const workerDatabase = workerSpans.filter((span) => span.attributes['db.system.name'] === 'postgresql');
