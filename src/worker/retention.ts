@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { AppConfig } from '../config/config.js';
@@ -14,7 +15,8 @@ const BATCH = 200;
  * Removes final items HISTORY_RETENTION after they ended, with their files, as their users' deletes would
  * (`JobLifecycle.expire`). Every RETENTION_SWEEP_INTERVAL_MS one worker sweeps (a Redis lock; the others skip that
  * round), batch after batch until nothing more is due or its round is over; the rest waits for the next round.
- * Batches run one after another beside the jobs, never in their way for longer than one batch.
+ * After each batch the sweep rests as long as the batch took: a backlog (the first day with retention on, say) is
+ * removed at half the speed it could be, and the jobs beside it keep at least half of the worker's time.
  */
 @Injectable()
 export class RetentionSweep implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -61,8 +63,10 @@ export class RetentionSweep implements OnApplicationBootstrap, OnApplicationShut
     let removed = 0;
     let batch: number;
     do {
+      const started = performance.now();
       batch = await this.lifecycle.expire(retentionMs, BATCH);
       removed += batch;
+      if (batch === BATCH) await sleep(performance.now() - started);
     } while (batch === BATCH && !this.stopping && Date.now() < roundEnd);
     if (removed > 0) this.logger.log({ removed }, 'removed items past their retention');
     return removed;
