@@ -109,7 +109,10 @@ export async function run() {
     await db.connect();
     const { rows } = await db.query('SELECT id FROM history_items ORDER BY random() LIMIT 1000');
     const ids = rows.map((row) => row.id);
-    const items = ids.map((id) => ({ path: `/user/generation-history/${id}`, headers: { Authorization: authorization } }));
+    const items = ids.map((id) => ({
+      path: `/user/generation-history/${id}`,
+      headers: { Authorization: authorization },
+    }));
     log(`  item GET: ${GET_CONNECTIONS} connections, ${ids.length} items`);
     const read = await alternateLoads(
       Object.fromEntries(
