@@ -1,53 +1,50 @@
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
-import type Bull from 'bull';
 import { REQUEST_ATTEMPTS } from '../../src/engines/index.js';
 import { type HistoryItemBody, postJob } from '../support/client.js';
-import type { TestEnvironment } from '../support/environment.js';
-import { type FakeCog, type FakeCogAnswer, type FakeCogRequest, sha256 } from '../support/fake-cog.js';
+import { type FakeCogAnswer, type FakeCogRequest, sha256 } from '../support/fake-cog.js';
 import {
   cogEngine,
-  createUser,
   expectCompleteWithOutputs,
   expectFailedLeavingNothing,
   final,
   jobSettled,
-  Processes,
   storedInputPath,
   submit,
   uniqueImage,
-  WorkerWorld,
+  worldForBlock,
 } from '../support/harness.js';
 import { millisSince, percentile, report, statusCounts } from '../support/observe.js';
 import { freePort, type RunningService } from '../support/service.js';
 
+const ATTEMPTS = 3;
+const WORKER_CONCURRENCY = 4;
+
+/** A worker's settings for `engine`: ATTEMPTS attempts of a job, each given `engineTimeoutMs` by the engine. */
+function failingEngineSettings(engine: Record<string, string>, engineTimeoutMs: number): Record<string, string> {
+  return {
+    ...engine,
+    JOB_ATTEMPTS: String(ATTEMPTS),
+    ENGINE_TIMEOUT_MS: String(engineTimeoutMs),
+    WORKER_CONCURRENCY: String(WORKER_CONCURRENCY),
+  };
+}
+
 describe('engine failures', () => {
   describe('one job at a time', () => {
-    const ATTEMPTS = 3;
     /** Short, so a hanging engine uses up its attempts quickly. */
     // Longer than one attempt's own retries of a failing request (remote-http's backoff).
     const ENGINE_TIMEOUT_MS = 3000;
 
-    let world: WorkerWorld;
-    let env: TestEnvironment;
-    let processes: Processes;
-    let fake: FakeCog;
-    let api: RunningService;
     let worker: RunningService | undefined;
-    let queue: Bull.Queue;
-    let key: string;
     /** What the fake does for each job, by the sha256 of the job's `clothes` image; unlisted jobs succeed. */
     const plans = new Map<string, (request: FakeCogRequest) => FakeCogAnswer>();
-
-    const workerEnv = (): Record<string, string> => ({
-      ...cogEngine(fake),
-      JOB_ATTEMPTS: String(ATTEMPTS),
-      ENGINE_TIMEOUT_MS: String(ENGINE_TIMEOUT_MS),
-      WORKER_CONCURRENCY: '4',
-    });
+    const block = worldForBlock(
+      (request) => plans.get(Object.values(request.images)[0])?.(request) ?? { kind: 'succeed' },
+    );
 
     async function ensureWorker(): Promise<void> {
-      worker ??= await processes.start('worker', workerEnv());
+      worker ??= await block.processes.start('worker', failingEngineSettings(cogEngine(block.fake), ENGINE_TIMEOUT_MS));
     }
 
     /** Submits a job whose engine calls the fake answers as `plan` says; returns its id and image. */
@@ -56,38 +53,26 @@ describe('engine failures', () => {
     ): Promise<{ id: string; clothes: Buffer }> {
       const clothes = await uniqueImage();
       plans.set(sha256(clothes), plan);
-      return { id: await submit(api.baseUrl, key, clothes), clothes };
+      return { id: await submit(block.api.baseUrl, block.key, clothes), clothes };
     }
 
     /** The final item, once the workers have let go of the job (so no further attempt can come). */
     async function settled(id: string): Promise<HistoryItemBody> {
-      const item = await final(api.baseUrl, key, id);
-      await jobSettled(queue, id);
+      const item = await final(block.api.baseUrl, block.key, id);
+      await jobSettled(block.queue, id);
       return item;
     }
 
     /** What a client reads in `error.message` names nothing inside the machine. */
     function expectPlainMessage(item: HistoryItemBody): void {
-      const { port, hostname } = new URL(fake.url);
+      const { port, hostname } = new URL(block.fake.url);
       expect(item.error!.message).not.toContain(hostname);
       expect(item.error!.message).not.toContain(port);
       expect(item.error!.message).not.toMatch(/https?:|predictions|Cog|HTTP \d{3}|\bat /);
     }
 
-    beforeAll(async () => {
-      world = await WorkerWorld.create(
-        (request) => plans.get(Object.values(request.images)[0])?.(request) ?? { kind: 'succeed' },
-      );
-      ({ env, processes, fake, queue } = world);
-      api = await processes.start('api', cogEngine(fake));
-      ({ key } = await createUser(env));
-    }, 60_000);
-
-    afterAll(async () => {
-      await world?.dispose();
-    }, 60_000);
-
     it('fails a job whose stored input no longer decodes at once, as invalid_image', async () => {
+      const { env, processes, fake, api } = block;
       // Only the API runs: the job waits in the queue while its stored input is damaged.
       if (worker) await processes.stop(worker);
       worker = undefined;
@@ -105,6 +90,7 @@ describe('engine failures', () => {
     }, 60_000);
 
     it('retries an engine that answers 500, and completes when it recovers', async () => {
+      const { fake, api } = block;
       await ensureWorker();
       const { id, clothes } = await submitWithPlan((request) =>
         request.attempt <= 2 ? { kind: 'http', status: 500 } : { kind: 'succeed' },
@@ -117,6 +103,7 @@ describe('engine failures', () => {
     }, 60_000);
 
     it(`fails as engine_failed after ${ATTEMPTS} attempts when the engine keeps answering 500`, async () => {
+      const { env, fake, api } = block;
       await ensureWorker();
       const { id, clothes } = await submitWithPlan(() => ({ kind: 'http', status: 500 }));
 
@@ -129,6 +116,7 @@ describe('engine failures', () => {
     }, 60_000);
 
     it('fails at once as engine_failed when the engine rejects the request (422)', async () => {
+      const { env, fake, api } = block;
       await ensureWorker();
       const { id, clothes } = await submitWithPlan(() => ({ kind: 'http', status: 422 }));
 
@@ -140,6 +128,7 @@ describe('engine failures', () => {
     }, 60_000);
 
     it(`fails as timeout after ${ATTEMPTS} attempts when the engine never answers`, async () => {
+      const { env, fake, api } = block;
       await ensureWorker();
       const { id, clothes } = await submitWithPlan(() => ({ kind: 'hang' }));
 
@@ -155,7 +144,6 @@ describe('engine failures', () => {
   });
 
   describe('an engine that keeps failing, under many jobs', () => {
-    const ATTEMPTS = 3;
     /** Short, so a hanging engine uses up its attempts quickly; far above what an answer takes on a busy machine. */
     const ENGINE_TIMEOUT_MS = 1500;
     /** Jobs of each way of failing. */
@@ -168,41 +156,22 @@ describe('engine failures', () => {
       'never answers': { answer: { kind: 'hang' }, code: 'timeout' },
     };
 
-    let world: WorkerWorld;
-    let env: TestEnvironment;
-    let processes: Processes;
-    let fake: FakeCog;
-    let api: RunningService;
-    let queue: Bull.Queue;
-    let key: string;
     const plans = new Map<string, FakeCogAnswer>();
-
-    beforeAll(async () => {
+    const block = worldForBlock((request) => plans.get(Object.values(request.images)[0]) ?? { kind: 'succeed' }, {
       // The fake model runs as many jobs at once as the worker (Cog's own default is one).
-      world = await WorkerWorld.create(
-        (request) => plans.get(Object.values(request.images)[0]) ?? { kind: 'succeed' },
-        {
-          concurrency: 4,
-        },
-      );
-      ({ env, processes, fake, queue } = world);
-      // `default` is sent to a port nobody listens on: the engine's server is down altogether.
-      const settings = {
-        ...cogEngine(fake, { timeoutMs: ENGINE_TIMEOUT_MS }),
-        ENGINE_DEFAULT: `cog:http://127.0.0.1:${await freePort()}`,
-        JOB_ATTEMPTS: String(ATTEMPTS),
-        ENGINE_TIMEOUT_MS: String(ENGINE_TIMEOUT_MS),
-        WORKER_CONCURRENCY: '4',
-      };
-      [api] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);
-      ({ key } = await createUser(env));
-    }, 60_000);
-
-    afterAll(async () => {
-      await world?.dispose();
-    }, 60_000);
+      concurrency: WORKER_CONCURRENCY,
+      services: async (fake) => {
+        const settings = {
+          ...failingEngineSettings(cogEngine(fake, { timeoutMs: ENGINE_TIMEOUT_MS }), ENGINE_TIMEOUT_MS),
+          // `default` is sent to a port nobody listens on: the engine's server is down altogether.
+          ENGINE_DEFAULT: `cog:http://127.0.0.1:${await freePort()}`,
+        };
+        return { api: settings, workers: [settings] };
+      },
+    });
 
     it(`ends every job as error with a code after ${ATTEMPTS} attempts; none stays pending`, async () => {
+      const { env, fake, queue, api, key } = block;
       const started = performance.now();
       const jobs: { kind: string; id: string; clothes?: Buffer; code: string }[] = [];
       for (const [kind, { answer, code }] of Object.entries(KINDS)) {

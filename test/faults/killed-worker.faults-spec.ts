@@ -1,22 +1,18 @@
-import type Bull from 'bull';
-import type { TestEnvironment } from '../support/environment.js';
-import { type FakeCog, sha256 } from '../support/fake-cog.js';
+import { sha256 } from '../support/fake-cog.js';
 import {
   cogEngine,
-  createUser,
   expectCompleteWithOutputs,
   final,
   getItem,
   listDir,
   mediaFolder,
-  Processes,
   storedInputs,
+  streamSettings,
   submit,
   uniqueImage,
   waitUntil,
-  WorkerWorld,
+  worldForBlock,
 } from '../support/harness.js';
-import type { RunningService } from '../support/service.js';
 import { millisSince, recordStalls, report, statusCounts } from '../support/observe.js';
 
 describe('a worker killed (SIGKILL)', () => {
@@ -24,29 +20,14 @@ describe('a worker killed (SIGKILL)', () => {
     /** Long enough to kill the worker while the engine is busy with the job. */
     const ENGINE_MS = 3000;
 
-    let world: WorkerWorld;
-    let env: TestEnvironment;
-    let processes: Processes;
-    let fake: FakeCog;
-    let api: RunningService;
-    let sut: RunningService;
-    let key: string;
-
-    beforeAll(async () => {
-      world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { queue: false });
-      ({ env, processes, fake } = world);
-      [api, sut] = await Promise.all([
-        processes.start('api', cogEngine(fake)),
-        processes.start('worker', cogEngine(fake)),
-      ]);
-      ({ key } = await createUser(env));
-    }, 60_000);
-
-    afterAll(async () => {
-      await world?.dispose();
-    }, 60_000);
+    const block = worldForBlock(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), {
+      queue: false,
+      services: (fake) => ({ workers: [cogEngine(fake)] }),
+    });
 
     it('hands the job to another worker, which completes it exactly once', async () => {
+      const { env, processes, fake, api, key } = block;
+      const [sut] = block.workers;
       const clothes = await uniqueImage();
       const id = await submit(api.baseUrl, key, clothes);
       await fake.waitFor((f) => f.requestsFor(clothes).length === 1, 'the first worker to call the engine');
@@ -88,40 +69,23 @@ describe('a worker killed (SIGKILL)', () => {
     /** How long no worker runs, while jobs keep arriving. */
     const DOWN_MS = 1000;
 
-    let world: WorkerWorld;
-    let env: TestEnvironment;
-    let processes: Processes;
-    let fake: FakeCog;
-    let api: RunningService;
-    let queue: Bull.Queue;
-    let key: string;
     let stalled: string[];
 
-    const settings = (): Record<string, string> => ({
-      ...cogEngine(fake),
-      WORKER_CONCURRENCY: String(CONCURRENCY),
-      // The stream alone must never be refused.
-      LIMIT_MAX_PENDING: '1000',
-      LIMIT_CREATIONS_PER_MINUTE: '1000',
+    const block = worldForBlock(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), {
+      concurrency: CONCURRENCY,
+      services: (fake) => ({ api: streamSettings(fake, CONCURRENCY) }),
     });
 
     beforeAll(async () => {
-      world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { concurrency: CONCURRENCY });
-      ({ env, processes, fake, queue } = world);
-      api = await processes.start('api', settings());
-      stalled = await recordStalls(queue);
-      ({ key } = await createUser(env));
-    }, 60_000);
-
-    afterAll(async () => {
-      await world?.dispose();
-    }, 60_000);
+      stalled = await recordStalls(block.queue);
+    });
 
     it(`completes all ${JOBS} jobs once the worker is restarted, each with one set of outputs`, async () => {
+      const { env, processes, fake, queue, api, key } = block;
       const images = await Promise.all(Array.from({ length: JOBS }, () => uniqueImage()));
       // The fake tells jobs apart by their image.
       expect(new Set(images.map(sha256)).size).toBe(JOBS);
-      const worker = await processes.start('worker', settings());
+      const worker = await processes.start('worker', streamSettings(fake, CONCURRENCY));
       const started = performance.now();
 
       // Open loop: the client does not wait for one job before sending the next.
@@ -154,7 +118,7 @@ describe('a worker killed (SIGKILL)', () => {
       const pendingAtKill = (await statusCounts(env)).pending;
 
       await new Promise((resolve) => setTimeout(resolve, DOWN_MS));
-      await processes.start('worker', settings());
+      await processes.start('worker', streamSettings(fake, CONCURRENCY));
       const restartedAt = millisSince(started);
 
       const ids = await Promise.all(submissions);

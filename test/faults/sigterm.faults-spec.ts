@@ -1,57 +1,38 @@
-import type Bull from 'bull';
 import { Redis } from 'ioredis';
-import type { TestEnvironment } from '../support/environment.js';
 import type { FakeCog } from '../support/fake-cog.js';
 import {
   cogEngine,
-  createUser,
   expectCompleteWithOutputs,
   final,
   listDir,
   mediaFolder,
-  Processes,
   storedInputs,
+  streamSettings,
   submit,
   uniqueImage,
   waitUntil,
-  WorkerWorld,
+  worldForBlock,
 } from '../support/harness.js';
-import type { RunningService } from '../support/service.js';
 import { millisSince, recordStalls, report, statusCounts } from '../support/observe.js';
+
+/** Far more than the running jobs need: the worker is to wait for them, not give up on them. */
+const WAIT_FOR_RUNNING_JOBS = { SHUTDOWN_TIMEOUT_MS: '30000' };
 
 describe('a worker told to stop (SIGTERM)', () => {
   describe('while every job it took is in the engine', () => {
     const ENGINE_MS = 1500;
     const CONCURRENCY = 3;
 
-    let world: WorkerWorld;
-    let env: TestEnvironment;
-    let processes: Processes;
-    let fake: FakeCog;
-    let api: RunningService;
-    let queue: Bull.Queue;
-    let key: string;
-
-    const workerEnv = (): Record<string, string> => ({
+    const block = worldForBlock(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { concurrency: CONCURRENCY });
+    const workerEnv = (fake: FakeCog): Record<string, string> => ({
       ...cogEngine(fake),
       WORKER_CONCURRENCY: String(CONCURRENCY),
-      // Far more than the jobs need: the worker is to wait for them, not give up on them.
-      SHUTDOWN_TIMEOUT_MS: '30000',
+      ...WAIT_FOR_RUNNING_JOBS,
     });
 
-    beforeAll(async () => {
-      world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { concurrency: CONCURRENCY });
-      ({ env, processes, fake, queue } = world);
-      api = await processes.start('api', cogEngine(fake));
-      ({ key } = await createUser(env));
-    }, 60_000);
-
-    afterAll(async () => {
-      await world?.dispose();
-    }, 60_000);
-
     it('finishes the running jobs, exits 0 and leaves nothing pending', async () => {
-      const sut = await processes.start('worker', workerEnv());
+      const { env, processes, fake, queue, api, key } = block;
+      const sut = await processes.start('worker', workerEnv(fake));
       const images = await Promise.all(Array.from({ length: CONCURRENCY }, () => uniqueImage()));
       const ids = await Promise.all(images.map((clothes) => submit(api.baseUrl, key, clothes)));
       await fake.waitFor((f) => f.inFlight().length === CONCURRENCY, 'every job to be in the engine');
@@ -75,7 +56,7 @@ describe('a worker told to stop (SIGTERM)', () => {
       try {
         const marks = [`${env.redisPrefix}:reconciler:lock`, `${env.redisPrefix}:bull:generation:stalled-check`];
         await redis.del(...marks);
-        await processes.start('worker', workerEnv());
+        await processes.start('worker', workerEnv(fake));
         await waitUntil(
           async () => (await redis.exists(...marks)) === 2,
           'the new worker to check for stalled jobs and sweep',
@@ -95,40 +76,23 @@ describe('a worker told to stop (SIGTERM)', () => {
     /** Long enough that SIGTERM reliably lands while every slot has a job in the engine. */
     const ENGINE_MS = 1000;
 
-    let world: WorkerWorld;
-    let env: TestEnvironment;
-    let processes: Processes;
-    let fake: FakeCog;
-    let api: RunningService;
-    let queue: Bull.Queue;
-    let key: string;
     let stalled: string[];
 
-    const settings = (): Record<string, string> => ({
-      ...cogEngine(fake),
-      WORKER_CONCURRENCY: String(CONCURRENCY),
-      // Far more than the running jobs need: the worker is to wait for them, not give up on them.
-      SHUTDOWN_TIMEOUT_MS: '30000',
-      LIMIT_MAX_PENDING: '1000',
-      LIMIT_CREATIONS_PER_MINUTE: '1000',
+    const settings = (fake: FakeCog) => ({ ...streamSettings(fake, CONCURRENCY), ...WAIT_FOR_RUNNING_JOBS });
+    const block = worldForBlock(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), {
+      concurrency: CONCURRENCY,
+      services: (fake) => ({ api: settings(fake) }),
     });
 
     beforeAll(async () => {
-      world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), { concurrency: CONCURRENCY });
-      ({ env, processes, fake, queue } = world);
-      api = await processes.start('api', settings());
-      stalled = await recordStalls(queue);
-      ({ key } = await createUser(env));
-    }, 60_000);
-
-    afterAll(async () => {
-      await world?.dispose();
-    }, 60_000);
+      stalled = await recordStalls(block.queue);
+    });
 
     it('finishes the running jobs, exits 0, and leaves the waiting ones to the next worker; none stalls', async () => {
+      const { env, processes, fake, queue, api, key } = block;
       const images = await Promise.all(Array.from({ length: JOBS }, () => uniqueImage()));
       const ids = await Promise.all(images.map((clothes) => submit(api.baseUrl, key, clothes)));
-      const sut = await processes.start('worker', settings());
+      const sut = await processes.start('worker', settings(fake));
       // A few rounds done, a full round in the engine.
       await fake.waitFor(
         (f) => f.requests.filter((r) => r.answered).length >= CONCURRENCY && f.inFlight().length === CONCURRENCY,
@@ -144,7 +108,7 @@ describe('a worker told to stop (SIGTERM)', () => {
       const afterStop = await statusCounts(env);
       const counts = await queue.getJobCounts();
 
-      await processes.start('worker', settings());
+      await processes.start('worker', settings(fake));
       await waitUntil(async () => (await statusCounts(env)).pending === undefined, 'no item to be pending', 60_000);
       const drainMs = millisSince(started);
 

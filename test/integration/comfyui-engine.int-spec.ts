@@ -6,11 +6,11 @@ import {
   TransientEngineError,
   type EngineImage,
   type EngineRequest,
-  type RunRecord,
 } from '../../src/engines/index.js';
 import { ComfyServer } from '../../src/engines/index.js';
 import { startFakeComfy, type FakeComfy } from '../support/fake-comfyui.js';
 import { makeImage } from '../support/jobs.js';
+import { memoryRuns } from '../support/run-record.js';
 
 const WORKFLOW = JSON.parse(
   readFileSync(new URL('../../docs/routing/workflows/img2img.json', import.meta.url), 'utf8'),
@@ -42,22 +42,6 @@ function serverFor(url: string): ComfyServer {
     headers: { 'X-Comfy-Token': 'secret' },
   };
   return new ComfyServer(setting, { maxOutputBytes: 64 * 1024 * 1024, limitInputPixels: 40_000_000 });
-}
-
-function memoryRuns(): RunRecord & { value: string | undefined } {
-  const record = {
-    value: undefined as string | undefined,
-    recall: () => Promise.resolve(record.value),
-    remember: (runId: string) => {
-      record.value = runId;
-      return Promise.resolve();
-    },
-    forget: () => {
-      record.value = undefined;
-      return Promise.resolve();
-    },
-  };
-  return record;
 }
 
 let jobs = 0;

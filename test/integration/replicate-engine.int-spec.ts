@@ -8,11 +8,11 @@ import {
   TransientEngineError,
   type EngineImage,
   type EngineRequest,
-  type RunRecord,
 } from '../../src/engines/index.js';
 import { ReplicateServer } from '../../src/engines/index.js';
 import { REAL_ESRGAN, sha256, startFakeReplicate, type FakeReplicate } from '../support/fake-replicate.js';
 import { makeImage } from '../support/jobs.js';
+import { memoryRuns } from '../support/run-record.js';
 import { startPrismProxy, type PrismProxy } from '../support/prism-proxy.js';
 
 const DOCUMENT = join(process.cwd(), 'test/fixtures/replicate/openapi.json');
@@ -77,22 +77,6 @@ function route(overrides: Partial<ReplicateRoute> = {}): ReplicateRoute {
     params: { scale: 2 },
     ...overrides,
   };
-}
-
-function memoryRuns(): RunRecord & { value: string | undefined } {
-  const record = {
-    value: undefined as string | undefined,
-    recall: () => Promise.resolve(record.value),
-    remember: (id: string) => {
-      record.value = id;
-      return Promise.resolve();
-    },
-    forget: () => {
-      record.value = undefined;
-      return Promise.resolve();
-    },
-  };
-  return record;
 }
 
 function job(image: Buffer, extra: Partial<EngineRequest> = {}): EngineRequest {

@@ -47,6 +47,19 @@ export function cogEngine(fake: FakeCog, options: { timeoutMs?: number } = {}): 
   return { ENGINES_FILE: file };
 }
 
+/**
+ * The fake Cog as the test tool's engine, `workerConcurrency` jobs at once in each worker, and creation limits far
+ * above what a test's stream of jobs sends: the stream alone must never be refused.
+ */
+export function streamSettings(fake: FakeCog, workerConcurrency: number): Record<string, string> {
+  return {
+    ...cogEngine(fake),
+    WORKER_CONCURRENCY: String(workerConcurrency),
+    LIMIT_MAX_PENDING: '1000',
+    LIMIT_CREATIONS_PER_MINUTE: '1000',
+  };
+}
+
 /** Starts and, at the end, stops the service processes of one test file. */
 export class Processes {
   private readonly running = new Set<RunningService>();
@@ -127,6 +140,107 @@ export class WorkerWorld {
     await this.fake.close();
     await this.env.dispose();
   }
+}
+
+/** The settings of the processes a `worldForBlock` starts before its block's own hooks run. */
+export interface BlockServices {
+  /** The API's settings (default: the fake Cog as the test tool's engine). */
+  api?: Record<string, string>;
+  /** One worker is started beside the API for each entry, with its settings (default: none). */
+  workers?: Record<string, string>[];
+}
+
+export interface BlockWorldOptions extends WorkerWorldOptions {
+  /** The processes to start, given the world's fake Cog server. */
+  services?: (fake: FakeCog) => BlockServices | Promise<BlockServices>;
+  /** For the `beforeAll` that creates the world and starts its processes (default 60 s). */
+  timeoutMs?: number;
+}
+
+interface BlockProcesses {
+  api: RunningService;
+  workers: RunningService[];
+  user: { key: string; userId: string };
+}
+
+/**
+ * The WorkerWorld of one `describe` block, made by `worldForBlock`, with its API, the workers started beside it and a
+ * user. Its parts exist once the block's `beforeAll` hooks have begun; reading one earlier throws.
+ */
+export class BlockWorld {
+  private current?: WorkerWorld;
+  private running?: BlockProcesses;
+
+  private get world(): WorkerWorld {
+    if (!this.current) throw new Error('the WorkerWorld of this block is read before its beforeAll created it');
+    return this.current;
+  }
+
+  get env(): TestEnvironment {
+    return this.world.env;
+  }
+
+  get processes(): Processes {
+    return this.world.processes;
+  }
+
+  get fake(): FakeCog {
+    return this.world.fake;
+  }
+
+  get queue(): Bull.Queue<{ historyItemId: string }> {
+    return this.world.queue;
+  }
+
+  get api(): RunningService {
+    return this.started.api;
+  }
+
+  get workers(): RunningService[] {
+    return this.started.workers;
+  }
+
+  get key(): string {
+    return this.started.user.key;
+  }
+
+  get userId(): string {
+    return this.started.user.userId;
+  }
+
+  private get started(): BlockProcesses {
+    if (!this.running) throw new Error('the processes of this block are read before its beforeAll started them');
+    return this.running;
+  }
+
+  async setUp(answer: FakeCogBehaviour | undefined, options: BlockWorldOptions): Promise<void> {
+    this.current = await WorkerWorld.create(answer, options);
+    const fake = this.current.fake;
+    const services = (await options.services?.(fake)) ?? {};
+    const processes = this.current.processes;
+    const [api, ...workers] = await Promise.all([
+      processes.start('api', services.api ?? cogEngine(fake)),
+      ...(services.workers ?? []).map((settings) => processes.start('worker', settings)),
+    ]);
+    // After the API has started: it creates the schema the user is written to.
+    const user = await createUser(this.current.env);
+    this.running = { api, workers, user };
+  }
+
+  async tearDown(): Promise<void> {
+    await this.current?.dispose();
+  }
+}
+
+/**
+ * Sets up a WorkerWorld for the enclosing `describe` block: a `beforeAll`, registered before the block's own, creates
+ * it, starts its processes and a user; an `afterAll` disposes of it.
+ */
+export function worldForBlock(answer?: FakeCogBehaviour, options: BlockWorldOptions = {}): BlockWorld {
+  const block = new BlockWorld();
+  beforeAll(() => block.setUp(answer, options), options.timeoutMs ?? 60_000);
+  afterAll(() => block.tearDown(), 60_000);
+  return block;
 }
 
 /** A user of the service with its own key; `userId` is read back from the database. */

@@ -1,7 +1,7 @@
 import contractSchema from '../../support/contract-schema.cjs';
 import { expectMatchesContract } from '../../support/contract.js';
-import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
+import { serviceForBlock } from '../../support/service-block.js';
+import { createUserWithKey } from '../../support/service.js';
 
 /** What API.md promises for each tool: its group and the multipart inputs job creation takes. */
 const EXPECTED_TOOLS = [
@@ -45,23 +45,15 @@ interface GenerationType {
 }
 
 describe('catalog', () => {
-  let env: TestEnvironment;
-  let sut: RunningService;
+  const block = serviceForBlock();
   let authorization: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    sut = await startService(env.serviceEnv);
-    authorization = `Bearer ${await createUserWithKey(env.databaseUrl)}`;
-  }, 60_000);
-
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
-  }, 60_000);
+    authorization = `Bearer ${await createUserWithKey(block.env.databaseUrl)}`;
+  });
 
   function get(path: string): Promise<Response> {
-    return fetch(`${sut.baseUrl}${path}`, { headers: { authorization } });
+    return fetch(`${block.sut.baseUrl}${path}`, { headers: { authorization } });
   }
 
   describe('GET /generation/tools', () => {

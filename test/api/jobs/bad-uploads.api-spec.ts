@@ -2,10 +2,10 @@ import { once } from 'node:events';
 import { rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { expectMatchesContract } from '../../support/contract.js';
-import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { waitUntil } from '../../support/harness.js';
 import { makeImage, withLeadingMetadata } from '../../support/jobs.js';
-import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
+import { serviceForBlock } from '../../support/service-block.js';
+import { createUserWithKey } from '../../support/service.js';
 import { blackPng, file, filesUnder, peakRssBytes } from '../../support/uploads.js';
 import { bearer, Client, CREATE_PATH, type FormValue, type ProblemBody, postJob } from '../../support/client.js';
 
@@ -262,25 +262,17 @@ const BAD_UPLOADS: BadUpload[] = [
 ];
 
 describe('job creation refusing bad uploads', () => {
-  let env: TestEnvironment;
-  let sut: RunningService;
+  // No worker: the checks are all the API's own.
+  const block = serviceForBlock({ ROLE: 'api' });
   let apiKey: string;
   let tmpDir: string;
   let inputDir: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    // No worker: the checks are all the API's own.
-    sut = await startService({ ...env.serviceEnv, ROLE: 'api' });
-    apiKey = await createUserWithKey(env.databaseUrl);
-    tmpDir = env.serviceEnv.UPLOAD_TMP_DIR;
-    inputDir = env.serviceEnv.INPUT_ROOT;
-  }, 60_000);
-
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
-  }, 60_000);
+    apiKey = await createUserWithKey(block.env.databaseUrl);
+    tmpDir = block.env.serviceEnv.UPLOAD_TMP_DIR;
+    inputDir = block.env.serviceEnv.INPUT_ROOT;
+  });
 
   /** The answer is the documented problem, and the refused upload left nothing behind. */
   async function expectRefused(response: Response, upload: Pick<BadUpload, 'status' | 'code' | 'field'>) {
@@ -292,7 +284,7 @@ describe('job creation refusing bad uploads', () => {
 
     expect(await filesUnder(tmpDir)).toEqual([]);
     expect(await filesUnder(inputDir)).toEqual([]);
-    const history = await new Client(sut.baseUrl, apiKey).list();
+    const history = await new Client(block.sut.baseUrl, apiKey).list();
     expect(history.status).toBe(200);
     expect(history.body.total).toBe(0);
     return body;
@@ -301,7 +293,7 @@ describe('job creation refusing bad uploads', () => {
   it.each(BAD_UPLOADS)(
     'refuses $name with $status $code and keeps nothing',
     async (upload) => {
-      const response = await upload.send(sut.baseUrl, apiKey);
+      const response = await upload.send(block.sut.baseUrl, apiKey);
 
       await expectRefused(response, upload);
     },
@@ -309,8 +301,8 @@ describe('job creation refusing bad uploads', () => {
   );
 
   it('challenges a missing or unknown key with WWW-Authenticate', async () => {
-    const missing = await postJob(sut.baseUrl, undefined, { tool: 'default', image: await png() });
-    const unknown = await postJob(sut.baseUrl, 'igs_not-a-real-key', { tool: 'default', image: await png() });
+    const missing = await postJob(block.sut.baseUrl, undefined, { tool: 'default', image: await png() });
+    const unknown = await postJob(block.sut.baseUrl, 'igs_not-a-real-key', { tool: 'default', image: await png() });
 
     expect([missing.status, unknown.status]).toEqual([401, 401]);
     expect(missing.headers.get('www-authenticate')).toBe('Bearer');
@@ -320,18 +312,18 @@ describe('job creation refusing bad uploads', () => {
   it('refuses a 20000x20000 PNG bomb from its header, without decoding it', async () => {
     const bomb = await blackPng(20_000, 20_000);
     expect(bomb.length).toBeLessThan(MIB);
-    const peakBefore = await peakRssBytes(sut.process.pid!);
+    const peakBefore = await peakRssBytes(block.sut.process.pid!);
 
-    const response = await postJob(sut.baseUrl, apiKey, {
+    const response = await postJob(block.sut.baseUrl, apiKey, {
       tool: 'default',
       image: file(bomb, 'image.png', 'image/png'),
     });
 
     await expectRefused(response, { status: 422, code: 'image_too_large' });
     // Decoding it would take 400 MB (one byte a pixel) at the very least.
-    const peakAfter = await peakRssBytes(sut.process.pid!);
+    const peakAfter = await peakRssBytes(block.sut.process.pid!);
     expect(peakAfter - peakBefore).toBeLessThan(100 * MIB);
-    expect((await fetch(`${sut.baseUrl}/health/live`)).status).toBe(200);
+    expect((await fetch(`${block.sut.baseUrl}/health/live`)).status).toBe(200);
   }, 30_000);
 
   it('removes what it stored of an upload whose client went away in the middle of a file', async () => {
@@ -342,7 +334,7 @@ describe('job creation refusing bad uploads', () => {
         `--${boundary}\r\nContent-Disposition: form-data; name="image"; filename="image.png"\r\n` +
         'Content-Type: image/png\r\n\r\n',
     );
-    const { hostname, port } = new URL(sut.baseUrl);
+    const { hostname, port } = new URL(block.sut.baseUrl);
     const socket = connect(Number(port), hostname);
     await once(socket, 'connect');
     socket.write(
@@ -358,47 +350,36 @@ describe('job creation refusing bad uploads', () => {
 
     await waitUntil(async () => (await filesUnder(tmpDir)).length === 0, 'the temporary file to be removed');
     expect(await filesUnder(inputDir)).toEqual([]);
-    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(0);
+    expect((await new Client(block.sut.baseUrl, apiKey).list()).body.total).toBe(0);
   }, 30_000);
 
   it('is still up and accepting jobs after all of them', async () => {
-    expect(sut.process.exitCode).toBeNull();
-    expect((await fetch(`${sut.baseUrl}/health/live`)).status).toBe(200);
+    expect(block.sut.process.exitCode).toBeNull();
+    expect((await fetch(`${block.sut.baseUrl}/health/live`)).status).toBe(200);
 
-    const response = await postJob(sut.baseUrl, apiKey, { tool: 'default', image: await png() });
+    const response = await postJob(block.sut.baseUrl, apiKey, { tool: 'default', image: await png() });
 
     expect(response.status).toBe(202);
     await expectMatchesContract(response, 'POST', CREATE_PATH);
-    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(1);
+    expect((await new Client(block.sut.baseUrl, apiKey).list()).body.total).toBe(1);
   });
 });
 
 describe('job creation when the service cannot store an upload', () => {
-  let env: TestEnvironment;
-  let sut: RunningService;
-
-  beforeAll(async () => {
-    env = await createTestEnvironment();
-    sut = await startService({ ...env.serviceEnv, ROLE: 'api' });
-  }, 60_000);
-
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
-  }, 60_000);
+  const block = serviceForBlock({ ROLE: 'api' });
 
   it('answers a failure of its own disk as its own (500), not as a bad request', async () => {
-    const apiKey = await createUserWithKey(env.databaseUrl);
+    const apiKey = await createUserWithKey(block.env.databaseUrl);
     // The upload folder replaced by a file: no upload can be created in it any more.
-    const tmpDir = env.serviceEnv.UPLOAD_TMP_DIR;
+    const tmpDir = block.env.serviceEnv.UPLOAD_TMP_DIR;
     await rm(tmpDir, { recursive: true, force: true });
     await writeFile(tmpDir, 'not a folder');
 
-    const response = await postJob(sut.baseUrl, apiKey, { tool: 'default', image: await png() });
+    const response = await postJob(block.sut.baseUrl, apiKey, { tool: 'default', image: await png() });
 
     expect(response.status).toBe(500);
     expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(await response.json()).toMatchObject({ status: 500, code: 'internal_error' });
-    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(0);
+    expect((await new Client(block.sut.baseUrl, apiKey).list()).body.total).toBe(0);
   }, 30_000);
 });

@@ -1,9 +1,9 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import sharp from 'sharp';
 import { expectMatchesContract } from '../../support/contract.js';
-import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { makeImage } from '../../support/jobs.js';
-import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
+import { serviceForBlock } from '../../support/service-block.js';
+import { createUserWithKey } from '../../support/service.js';
 import { file } from '../../support/uploads.js';
 import {
   Client,
@@ -39,21 +39,10 @@ async function refused(response: Response, status: number, code: string): Promis
 }
 
 describe('Idempotency-Key on job creation', () => {
-  let env: TestEnvironment;
-  let sut: RunningService;
+  // No worker: items stay pending, which changes nothing for keys.
+  const block = serviceForBlock({ ROLE: 'api' });
 
-  beforeAll(async () => {
-    env = await createTestEnvironment();
-    // No worker: items stay pending, which changes nothing for keys.
-    sut = await startService({ ...env.serviceEnv, ROLE: 'api' });
-  }, 60_000);
-
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
-  }, 60_000);
-
-  const newUser = () => createUserWithKey(env.databaseUrl);
+  const newUser = () => createUserWithKey(block.env.databaseUrl);
   const withKey = (key: string) => ({ 'Idempotency-Key': key });
 
   it('answers a repeat with the same key and payload exactly as the first time, creating one item', async () => {
@@ -61,14 +50,14 @@ describe('Idempotency-Key on job creation', () => {
     const key = randomUUID();
     const fields = await defaultJob();
 
-    const first = await postJob(sut.baseUrl, apiKey, fields, withKey(key));
-    const second = await postJob(sut.baseUrl, apiKey, fields, withKey(key));
+    const first = await postJob(block.sut.baseUrl, apiKey, fields, withKey(key));
+    const second = await postJob(block.sut.baseUrl, apiKey, fields, withKey(key));
 
     const firstBody = await accepted(first);
     expect(second.status).toBe(first.status);
     expect(await accepted(second)).toEqual(firstBody);
     expect(second.headers.get('location')).toBe(first.headers.get('location'));
-    const history = await new Client(sut.baseUrl, apiKey).list();
+    const history = await new Client(block.sut.baseUrl, apiKey).list();
     expect(history.body.total).toBe(1);
     expect(history.body.items.map((item) => item.history_item_id)).toEqual([firstBody.history_item_id]);
   });
@@ -76,12 +65,12 @@ describe('Idempotency-Key on job creation', () => {
   it('refuses the same key with other file bytes: 422 idempotency_key_reused', async () => {
     const apiKey = await newUser();
     const key = randomUUID();
-    await accepted(await postJob(sut.baseUrl, apiKey, await defaultJob('#3a6ea5'), withKey(key)));
+    await accepted(await postJob(block.sut.baseUrl, apiKey, await defaultJob('#3a6ea5'), withKey(key)));
 
-    const response = await postJob(sut.baseUrl, apiKey, await defaultJob('#a53a3a'), withKey(key));
+    const response = await postJob(block.sut.baseUrl, apiKey, await defaultJob('#a53a3a'), withKey(key));
 
     await refused(response, 422, 'idempotency_key_reused');
-    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(1);
+    expect((await new Client(block.sut.baseUrl, apiKey).list()).body.total).toBe(1);
   });
 
   it("keeps users' keys apart: another user's request with the same key creates its own item", async () => {
@@ -89,14 +78,14 @@ describe('Idempotency-Key on job creation', () => {
     const key = randomUUID();
     const fields = await defaultJob();
 
-    const alicesJob = await accepted(await postJob(sut.baseUrl, alice, fields, withKey(key)));
-    const bobsJob = await accepted(await postJob(sut.baseUrl, bob, fields, withKey(key)));
+    const alicesJob = await accepted(await postJob(block.sut.baseUrl, alice, fields, withKey(key)));
+    const bobsJob = await accepted(await postJob(block.sut.baseUrl, bob, fields, withKey(key)));
 
     expect(bobsJob.history_item_id).not.toBe(alicesJob.history_item_id);
-    expect((await new Client(sut.baseUrl, alice).list()).body.items.map((item) => item.history_item_id)).toEqual([
+    expect((await new Client(block.sut.baseUrl, alice).list()).body.items.map((item) => item.history_item_id)).toEqual([
       alicesJob.history_item_id,
     ]);
-    expect((await new Client(sut.baseUrl, bob).list()).body.items.map((item) => item.history_item_id)).toEqual([
+    expect((await new Client(block.sut.baseUrl, bob).list()).body.items.map((item) => item.history_item_id)).toEqual([
       bobsJob.history_item_id,
     ]);
   });
@@ -106,18 +95,18 @@ describe('Idempotency-Key on job creation', () => {
     const fields = await defaultJob();
 
     for (const key of ['k'.repeat(256), '']) {
-      const response = await postJob(sut.baseUrl, apiKey, fields, withKey(key));
+      const response = await postJob(block.sut.baseUrl, apiKey, fields, withKey(key));
 
       const body = await refused(response, 400, 'validation_failed');
       expect(body.errors).toEqual([expect.objectContaining({ field: 'Idempotency-Key' })]);
     }
-    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(0);
+    expect((await new Client(block.sut.baseUrl, apiKey).list()).body.total).toBe(0);
   });
 
   it('accepts a key of 255 characters', async () => {
     const apiKey = await newUser();
 
-    const response = await postJob(sut.baseUrl, apiKey, await defaultJob(), withKey('k'.repeat(255)));
+    const response = await postJob(block.sut.baseUrl, apiKey, await defaultJob(), withKey('k'.repeat(255)));
 
     await accepted(response);
   });
@@ -128,8 +117,8 @@ describe('Idempotency-Key on job creation', () => {
     const fields = { tool: 'default', image: file(await largeNoisePng(), 'image.png', 'image/png') };
 
     const responses = await Promise.all([
-      postJob(sut.baseUrl, apiKey, fields, withKey(key)),
-      postJob(sut.baseUrl, apiKey, fields, withKey(key)),
+      postJob(block.sut.baseUrl, apiKey, fields, withKey(key)),
+      postJob(block.sut.baseUrl, apiKey, fields, withKey(key)),
     ]);
 
     const winners = responses.filter((response) => response.status === 202);
@@ -138,9 +127,9 @@ describe('Idempotency-Key on job creation', () => {
     for (const other of others) expect(other).toEqual(first);
     const losers = responses.filter((response) => response.status !== 202);
     for (const loser of losers) await refused(loser, 409, 'idempotency_in_progress');
-    expect((await new Client(sut.baseUrl, apiKey).list()).body.total).toBe(1);
+    expect((await new Client(block.sut.baseUrl, apiKey).list()).body.total).toBe(1);
     // Once the first is handled, a retry gets its answer.
-    expect(await accepted(await postJob(sut.baseUrl, apiKey, fields, withKey(key)))).toEqual(first);
+    expect(await accepted(await postJob(block.sut.baseUrl, apiKey, fields, withKey(key)))).toEqual(first);
   }, 30_000);
 
   it('does not spend the key on a request that failed validation', async () => {
@@ -148,16 +137,16 @@ describe('Idempotency-Key on job creation', () => {
     const key = randomUUID();
     const notAnImage = file(Buffer.from('plain text, not an image\n'.repeat(10)), 'image.png', 'image/png');
     await refused(
-      await postJob(sut.baseUrl, apiKey, { tool: 'default', image: notAnImage }, withKey(key)),
+      await postJob(block.sut.baseUrl, apiKey, { tool: 'default', image: notAnImage }, withKey(key)),
       415,
       'unsupported_media_type',
     );
 
-    const corrected = await postJob(sut.baseUrl, apiKey, await defaultJob(), withKey(key));
+    const corrected = await postJob(block.sut.baseUrl, apiKey, await defaultJob(), withKey(key));
 
     const body = await accepted(corrected);
-    expect((await new Client(sut.baseUrl, apiKey).list()).body.items.map((item) => item.history_item_id)).toEqual([
-      body.history_item_id,
-    ]);
+    expect((await new Client(block.sut.baseUrl, apiKey).list()).body.items.map((item) => item.history_item_id)).toEqual(
+      [body.history_item_id],
+    );
   });
 });

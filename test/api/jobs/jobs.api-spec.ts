@@ -2,9 +2,9 @@ import { randomUUID } from 'node:crypto';
 import sharp from 'sharp';
 import { CARD_HEIGHT, CARD_WIDTH } from '../../../src/engines/index.js';
 import { expectMatchesContract } from '../../support/contract.js';
-import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { imageInputsOf, makeImage, makePerson, PERSON_SIZE, withLeadingMetadata } from '../../support/jobs.js';
-import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
+import { serviceForBlock } from '../../support/service-block.js';
+import { createUserWithKey } from '../../support/service.js';
 import { file, UUID } from '../../support/uploads.js';
 import {
   Client,
@@ -109,28 +109,20 @@ async function expectAccepted(response: Response): Promise<JobAcceptedBody> {
 }
 
 describe('job creation with a worker running', () => {
-  let env: TestEnvironment;
-  let sut: RunningService;
+  const block = serviceForBlock({ PUBLIC_BASE_URL });
   let apiKey: string;
   let otherKey: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    sut = await startService({ ...env.serviceEnv, PUBLIC_BASE_URL });
-    apiKey = await createUserWithKey(env.databaseUrl);
-    otherKey = await createUserWithKey(env.databaseUrl);
+    apiKey = await createUserWithKey(block.env.databaseUrl);
+    otherKey = await createUserWithKey(block.env.databaseUrl);
   }, 60_000);
 
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
-  }, 60_000);
-
-  const getItem = (id: string, key = apiKey) => new Client(sut.baseUrl, key).get(id);
+  const getItem = (id: string, key = apiKey) => new Client(block.sut.baseUrl, key).get(id);
 
   /** Polls to a final status, then reads the item once more through the contract. */
   async function completedItem(id: string): Promise<HistoryItemBody> {
-    const final = await waitForFinal(sut.baseUrl, apiKey, id, POLL_TIMEOUT_MS);
+    const final = await waitForFinal(block.sut.baseUrl, apiKey, id, POLL_TIMEOUT_MS);
     expect(final).toMatchObject({ status: 'complete', error: null });
     const answer = await getItem(id);
     expect(answer.status).toBe(200);
@@ -138,7 +130,7 @@ describe('job creation with a worker running', () => {
   }
 
   async function getMedia(path: string, contentType: string): Promise<Buffer> {
-    const response = await fetch(`${sut.baseUrl}/${path}`);
+    const response = await fetch(`${block.sut.baseUrl}/${path}`);
     expect(response.status).toBe(200);
     await expectMatchesContract(response, 'GET', '/media/{id}/{file}');
     expect(response.headers.get('content-type')).toBe(contentType);
@@ -160,7 +152,7 @@ describe('job creation with a worker running', () => {
     it(
       'is accepted as pending, completes, and serves a WebP preview and a full-resolution JPEG',
       async () => {
-        const response = await postJob(sut.baseUrl, apiKey, await fieldsFor(variant));
+        const response = await postJob(block.sut.baseUrl, apiKey, await fieldsFor(variant));
         const accepted = await expectAccepted(response);
 
         const item = await completedItem(accepted.history_item_id);
@@ -205,7 +197,7 @@ describe('job creation with a worker running', () => {
   it('accepts the creation path without its trailing slash', async () => {
     const fields = await fieldsFor(VARIANTS[0]);
 
-    const response = await postJob(sut.baseUrl, apiKey, fields, {}, '/generation/generate_image_v2');
+    const response = await postJob(block.sut.baseUrl, apiKey, fields, {}, '/generation/generate_image_v2');
 
     const accepted = await expectAccepted(response);
     const item = await getItem(accepted.history_item_id);
@@ -217,8 +209,8 @@ describe('job creation with a worker running', () => {
     async () => {
       const fields = await fieldsFor(VARIANTS[0]);
 
-      const first = await expectAccepted(await postJob(sut.baseUrl, apiKey, fields));
-      const second = await expectAccepted(await postJob(sut.baseUrl, apiKey, fields));
+      const first = await expectAccepted(await postJob(block.sut.baseUrl, apiKey, fields));
+      const second = await expectAccepted(await postJob(block.sut.baseUrl, apiKey, fields));
 
       expect(second.history_item_id).not.toBe(first.history_item_id);
       const [a, b] = await Promise.all([stockBytes(first), stockBytes(second)]);
@@ -231,7 +223,7 @@ describe('job creation with a worker running', () => {
     'accepts JPEG and WebP inputs, recognised by their bytes whatever their names and declared types',
     async () => {
       const { width, height } = SIZES.person;
-      const response = await postJob(sut.baseUrl, apiKey, {
+      const response = await postJob(block.sut.baseUrl, apiKey, {
         tool: 'fashion_swap',
         clothes: file(await makeImage(360, 420, 'jpeg', '#a53a3a'), 'clothes.png', 'image/png'),
         person: file(await makePerson('webp'), 'person.jpg', 'application/octet-stream'),
@@ -253,7 +245,7 @@ describe('job creation with a worker running', () => {
       expect(person.length).toBeGreaterThan(64 * 1024);
 
       const accepted = await expectAccepted(
-        await postJob(sut.baseUrl, apiKey, {
+        await postJob(block.sut.baseUrl, apiKey, {
           tool: 'fashion_swap',
           clothes: file(clothes, 'clothes.jpg', 'image/jpeg'),
           person: file(person, 'person.webp', 'image/webp'),
@@ -269,13 +261,13 @@ describe('job creation with a worker running', () => {
   it('accepts a prompt of exactly 1000 characters, also when they are not ASCII', async () => {
     const fields = await fieldsFor(VARIANTS[VARIANTS.length - 1]);
 
-    const response = await postJob(sut.baseUrl, apiKey, { ...fields, prompt: 'ü'.repeat(999) + '€' });
+    const response = await postJob(block.sut.baseUrl, apiKey, { ...fields, prompt: 'ü'.repeat(999) + '€' });
 
     await expectAccepted(response);
   });
 
   it('answers another user asking for the item exactly as for a missing one: 404', async () => {
-    const accepted = await expectAccepted(await postJob(sut.baseUrl, apiKey, await fieldsFor(VARIANTS[3])));
+    const accepted = await expectAccepted(await postJob(block.sut.baseUrl, apiKey, await fieldsFor(VARIANTS[3])));
 
     const othersAnswer = await getItem(accepted.history_item_id, otherKey);
     const missingAnswer = await getItem(randomUUID(), otherKey);
@@ -300,25 +292,17 @@ describe('job creation with a worker running', () => {
 });
 
 describe('a job while it is pending (no worker running)', () => {
-  let env: TestEnvironment;
-  let sut: RunningService;
+  const block = serviceForBlock({ PUBLIC_BASE_URL, ROLE: 'api' });
   let apiKey: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    sut = await startService({ ...env.serviceEnv, PUBLIC_BASE_URL, ROLE: 'api' });
-    apiKey = await createUserWithKey(env.databaseUrl);
-  }, 60_000);
-
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
+    apiKey = await createUserWithKey(block.env.databaseUrl);
   }, 60_000);
 
   it('has no result paths yet, and its media paths answer 404', async () => {
-    const accepted = await expectAccepted(await postJob(sut.baseUrl, apiKey, await fieldsFor(VARIANTS[0])));
+    const accepted = await expectAccepted(await postJob(block.sut.baseUrl, apiKey, await fieldsFor(VARIANTS[0])));
 
-    const { status, body: item } = await new Client(sut.baseUrl, apiKey).get(accepted.history_item_id);
+    const { status, body: item } = await new Client(block.sut.baseUrl, apiKey).get(accepted.history_item_id);
 
     expect(status).toBe(200);
     expect(item).toEqual({
@@ -340,7 +324,7 @@ describe('a job while it is pending (no worker running)', () => {
       webhook: null,
     });
     for (const path of [accepted.preview_image, accepted.stock_image]) {
-      const media = await fetch(`${sut.baseUrl}/${path}`);
+      const media = await fetch(`${block.sut.baseUrl}/${path}`);
       expect(media.status).toBe(404);
       await expectMatchesContract(media, 'GET', '/media/{id}/{file}');
     }

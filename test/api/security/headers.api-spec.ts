@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { expectMatchesContract } from '../../support/contract.js';
-import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { inputsFor } from '../../support/jobs.js';
-import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
+import { serviceForBlock } from '../../support/service-block.js';
+import { createUserWithKey } from '../../support/service.js';
 import { bearer, postJob, waitForFinal } from '../../support/client.js';
 
 /** Helmet's headers that every response carries, whatever it is. */
@@ -47,24 +47,16 @@ function corsHeaders(response: Response): string[] {
 }
 
 describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
-  let env: TestEnvironment;
-  let sut: RunningService;
+  const block = serviceForBlock();
   let apiKey: string;
   let itemId: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    sut = await startService(env.serviceEnv);
-    apiKey = await createUserWithKey(env.databaseUrl);
-    const created = await postJob(sut.baseUrl, apiKey, await inputsFor('fashion_card'));
+    apiKey = await createUserWithKey(block.env.databaseUrl);
+    const created = await postJob(block.sut.baseUrl, apiKey, await inputsFor('fashion_card'));
     itemId = ((await created.json()) as { history_item_id: string }).history_item_id;
-    expect((await waitForFinal(sut.baseUrl, apiKey, itemId)).status).toBe('complete');
+    expect((await waitForFinal(block.sut.baseUrl, apiKey, itemId)).status).toBe('complete');
   }, 90_000);
-
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
-  }, 60_000);
 
   // Raw requests: this file is about the headers themselves, on every kind of answer.
   const auth = () => bearer(apiKey);
@@ -74,7 +66,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
     const get =
       (path: string, headers: Record<string, string> = {}) =>
       () =>
-        fetch(`${sut.baseUrl}${path}`, { headers });
+        fetch(`${block.sut.baseUrl}${path}`, { headers });
     return [
       { what: 'GET /generation/tools (200)', send: get('/generation/tools', auth()) },
       { what: 'GET /generation/tools without a key (401)', send: get('/generation/tools') },
@@ -90,7 +82,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
       {
         what: 'PATCH feedback with broken JSON (400 before any route)',
         send: () =>
-          fetch(`${sut.baseUrl}/user/generation-history/feedback/${itemId}`, {
+          fetch(`${block.sut.baseUrl}/user/generation-history/feedback/${itemId}`, {
             method: 'PATCH',
             headers: { ...auth(), 'Content-Type': 'application/json' },
             body: '{"like": tru',
@@ -98,7 +90,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
       },
       {
         what: 'POST a job without a body (400)',
-        send: () => fetch(`${sut.baseUrl}/generation/generate_image_v2/`, { method: 'POST', headers: auth() }),
+        send: () => fetch(`${block.sut.baseUrl}/generation/generate_image_v2/`, { method: 'POST', headers: auth() }),
       },
       { what: 'GET /media preview (200)', send: get(`/media/${itemId}/preview.webp`) },
       { what: 'GET /media stock (200)', send: get(`/media/${itemId}/stock.jpg`) },
@@ -113,7 +105,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
       {
         what: 'OPTIONS preflight (no CORS: 404)',
         send: () =>
-          fetch(`${sut.baseUrl}/generation/tools`, {
+          fetch(`${block.sut.baseUrl}/generation/tools`, {
             method: 'OPTIONS',
             headers: { Origin: 'https://app.example.com', 'Access-Control-Request-Method': 'GET' },
           }),
@@ -127,8 +119,8 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
 
   it('answers API reads in full every time: no ETag, and no 304 the contract does not have', async () => {
     for (const path of ['/generation/tools', '/user/generation-history', `/user/generation-history/${itemId}`]) {
-      const first = await fetch(`${sut.baseUrl}${path}`, { headers: auth() });
-      const again = await fetch(`${sut.baseUrl}${path}`, { headers: { ...auth(), 'If-None-Match': '*' } });
+      const first = await fetch(`${block.sut.baseUrl}${path}`, { headers: auth() });
+      const again = await fetch(`${block.sut.baseUrl}${path}`, { headers: { ...auth(), 'If-None-Match': '*' } });
 
       expect([path, first.status, first.headers.get('etag'), again.status]).toEqual([path, 200, null, 200]);
     }
@@ -142,7 +134,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
       `/media/${itemId}/stock.jpg`,
       '/no/such/route',
     ]) {
-      const response = await fetch(`${sut.baseUrl}${path}`, { headers: auth() });
+      const response = await fetch(`${block.sut.baseUrl}${path}`, { headers: auth() });
 
       const csp = parseCsp(response.headers.get('content-security-policy'));
       expect([path, csp.get('default-src')]).toEqual([path, ["'none'"]]);
@@ -151,8 +143,8 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
   });
 
   it('lets frontends on other origins embed result images, and only those', async () => {
-    const media = await fetch(`${sut.baseUrl}/media/${itemId}/preview.webp`);
-    const api = await fetch(`${sut.baseUrl}/generation/tools`, { headers: auth() });
+    const media = await fetch(`${block.sut.baseUrl}/media/${itemId}/preview.webp`);
+    const api = await fetch(`${block.sut.baseUrl}/generation/tools`, { headers: auth() });
 
     expect(media.status).toBe(200);
     await expectMatchesContract(media, 'GET', '/media/{id}/{file}');
@@ -163,7 +155,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
   it.each(['/docs', '/docs/'])(
     'serves Swagger UI at %s with everything it loads allowed by its CSP, and no inline script',
     async (page) => {
-      const response = await fetch(`${sut.baseUrl}${page}`);
+      const response = await fetch(`${block.sut.baseUrl}${page}`);
       const html = await response.text();
       const csp = parseCsp(response.headers.get('content-security-policy'));
 
@@ -183,10 +175,10 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
       expect(allowed(csp, 'img-src')).toEqual(expect.arrayContaining(["'self'", 'data:'])); // icons in its CSS
       expect(csp.has('upgrade-insecure-requests')).toBe(false);
       for (const asset of assets) {
-        const url = new URL(asset, `${sut.baseUrl}${page}`);
+        const url = new URL(asset, `${block.sut.baseUrl}${page}`);
         const loaded = await fetch(url);
 
-        expect([asset, url.origin, loaded.status]).toEqual([asset, sut.baseUrl, 200]);
+        expect([asset, url.origin, loaded.status]).toEqual([asset, block.sut.baseUrl, 200]);
         const type = loaded.headers.get('content-type') ?? '';
         if (asset.endsWith('.js')) expect(type).toMatch(/javascript/);
         if (asset.endsWith('.css')) {
@@ -203,7 +195,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
         await fetch(
           new URL(
             assets.find((a) => a.endsWith('swagger-ui-init.js'))!,
-            `${sut.baseUrl}${page}`,
+            `${block.sut.baseUrl}${page}`,
           ),
         )
       ).text();
@@ -213,11 +205,11 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
 
   it('sends no CORS header at all, not even to a preflight or a request with an Origin', async () => {
     const origin = { Origin: 'https://app.example.com' };
-    const preflight = await fetch(`${sut.baseUrl}/generation/tools`, {
+    const preflight = await fetch(`${block.sut.baseUrl}/generation/tools`, {
       method: 'OPTIONS',
       headers: { ...origin, 'Access-Control-Request-Method': 'GET', 'Access-Control-Request-Headers': 'authorization' },
     });
-    const actual = await fetch(`${sut.baseUrl}/generation/tools`, { headers: { ...origin, ...auth() } });
+    const actual = await fetch(`${block.sut.baseUrl}/generation/tools`, { headers: { ...origin, ...auth() } });
 
     expect(corsHeaders(preflight)).toEqual([]);
     expect(preflight.status).toBe(404);
@@ -228,23 +220,15 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
 
 describe('CORS for configured frontend origins', () => {
   const ALLOWED = ['https://app.example.com', 'http://localhost:5173'];
-  let env: TestEnvironment;
-  let sut: RunningService;
+  const block = serviceForBlock({ ROLE: 'api', CORS_ORIGINS: ALLOWED.join(',') });
   let apiKey: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    sut = await startService({ ...env.serviceEnv, ROLE: 'api', CORS_ORIGINS: ALLOWED.join(',') });
-    apiKey = await createUserWithKey(env.databaseUrl);
-  }, 60_000);
-
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
+    apiKey = await createUserWithKey(block.env.databaseUrl);
   }, 60_000);
 
   function preflight(path: string, origin: string, method: string, requestHeaders: string): Promise<Response> {
-    return fetch(`${sut.baseUrl}${path}`, {
+    return fetch(`${block.sut.baseUrl}${path}`, {
       method: 'OPTIONS',
       headers: {
         Origin: origin,
@@ -288,7 +272,7 @@ describe('CORS for configured frontend origins', () => {
       ['/generation/tools', {}, 401],
       ['/user/generation-history/not-a-uuid', { Authorization: `Bearer ${apiKey}` }, 400],
     ] as const) {
-      const response = await fetch(`${sut.baseUrl}${path}`, { headers: { ...headers, Origin: ALLOWED[0] } });
+      const response = await fetch(`${block.sut.baseUrl}${path}`, { headers: { ...headers, Origin: ALLOWED[0] } });
 
       expect(response.status).toBe(status);
       expect(response.headers.get('access-control-allow-origin')).toBe(ALLOWED[0]);
@@ -307,7 +291,7 @@ describe('CORS for configured frontend origins', () => {
     ['an opaque origin', 'null'],
   ])('gives %s no Access-Control-Allow-Origin', async (_case, origin) => {
     const pre = await preflight('/generation/tools', origin, 'GET', 'authorization');
-    const actual = await fetch(`${sut.baseUrl}/generation/tools`, {
+    const actual = await fetch(`${block.sut.baseUrl}/generation/tools`, {
       headers: { Origin: origin, Authorization: `Bearer ${apiKey}` },
     });
 

@@ -3,8 +3,8 @@ import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { parse } from 'yaml';
 import { expectMatchesContract } from '../../support/contract.js';
-import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { createUserWithKey, freePort, type RunningService, startService } from '../../support/service.js';
+import { serviceForBlock } from '../../support/service-block.js';
+import { createUserWithKey, freePort, startService } from '../../support/service.js';
 
 const CONTRACT_FILE = new URL('../../../openapi/openapi.yaml', import.meta.url);
 const MAIN = new URL('../../../dist/main.js', import.meta.url).pathname;
@@ -33,23 +33,15 @@ function expectNoInternals(body: string): void {
 }
 
 describe('the service process', () => {
-  let env: TestEnvironment;
-  let sut: RunningService;
+  const block = serviceForBlock();
   let authorization: string;
 
   beforeAll(async () => {
-    env = await createTestEnvironment();
-    sut = await startService(env.serviceEnv);
-    authorization = `Bearer ${await createUserWithKey(env.databaseUrl)}`;
-  }, 60_000);
-
-  afterAll(async () => {
-    await sut?.stop();
-    await env?.dispose();
-  }, 60_000);
+    authorization = `Bearer ${await createUserWithKey(block.env.databaseUrl)}`;
+  });
 
   function request(path: string, init: RequestInit = {}): Promise<Response> {
-    return fetch(`${sut.baseUrl}${path}`, init);
+    return fetch(`${block.sut.baseUrl}${path}`, init);
   }
 
   async function sendBrokenJson(): Promise<Response> {
@@ -199,7 +191,7 @@ describe('the service process', () => {
       const initScript = /<script src="([^"]*swagger-ui-init\.js)"/.exec(html);
       expect(initScript).not.toBeNull();
 
-      const script = await request(new URL(initScript![1], `${sut.baseUrl}/docs`).pathname);
+      const script = await request(new URL(initScript![1], `${block.sut.baseUrl}/docs`).pathname);
 
       expect(script.status).toBe(200);
       const source = await script.text();
@@ -213,14 +205,14 @@ describe('the service process', () => {
       const bundle = /<script src="([^"]*swagger-ui-bundle\.js)"/.exec(html);
       expect(bundle).not.toBeNull();
 
-      const response = await request(new URL(bundle![1], `${sut.baseUrl}/docs`).pathname);
+      const response = await request(new URL(bundle![1], `${block.sut.baseUrl}/docs`).pathname);
 
       expect(response.status).toBe(200);
       expect(response.headers.get('content-type')).toMatch(/javascript/);
     });
 
     // The service as the request reached it: Swagger UI's "Try it out" calls that origin.
-    const servedServers = () => [{ url: sut.baseUrl, description: 'This service' }];
+    const servedServers = () => [{ url: block.sut.baseUrl, description: 'This service' }];
 
     it('serves /openapi.json equal to the YAML file but for its servers, which name this service', async () => {
       const response = await request('/openapi.json');
@@ -243,7 +235,7 @@ describe('the service process', () => {
     });
 
     it('names PUBLIC_BASE_URL as the server when the service has one', async () => {
-      const configured = await startService({ ...env.serviceEnv, PUBLIC_BASE_URL: 'https://api.example.test/' });
+      const configured = await startService({ ...block.env.serviceEnv, PUBLIC_BASE_URL: 'https://api.example.test/' });
       try {
         const body = (await (await fetch(`${configured.baseUrl}/openapi.json`)).json()) as { servers: unknown };
         expect(body.servers).toEqual([{ url: 'https://api.example.test', description: 'This service' }]);
@@ -284,7 +276,7 @@ describe('the service process', () => {
 
   describe('start and stop', () => {
     it('refuses to start with a wrong setting, naming it', async () => {
-      const result = await runUntilExit({ ...env.serviceEnv, PORT: 'abc' });
+      const result = await runUntilExit({ ...block.env.serviceEnv, PORT: 'abc' });
 
       expect(result.code).not.toBe(0);
       expect(result.output).toContain('PORT');
@@ -293,7 +285,7 @@ describe('the service process', () => {
     }, 30_000);
 
     it('names every wrong setting at once', async () => {
-      const result = await runUntilExit({ ...env.serviceEnv, PORT: 'abc', ROLE: 'x', ENGINE_FABRIC: 'foo' });
+      const result = await runUntilExit({ ...block.env.serviceEnv, PORT: 'abc', ROLE: 'x', ENGINE_FABRIC: 'foo' });
 
       expect(result.code).not.toBe(0);
       for (const name of ['PORT', 'ROLE', 'ENGINE_FABRIC']) expect(result.output).toContain(name);
@@ -301,7 +293,7 @@ describe('the service process', () => {
 
     it('refuses to start without Redis, saying so and how to start one', async () => {
       const result = await runUntilExit({
-        ...env.serviceEnv,
+        ...block.env.serviceEnv,
         PORT: String(await freePort()),
         REDIS_URL: 'redis://127.0.0.1:1',
       });
@@ -314,7 +306,7 @@ describe('the service process', () => {
     }, 30_000);
 
     it('exits with code 0 on SIGTERM', async () => {
-      const other = await startService(env.serviceEnv);
+      const other = await startService(block.env.serviceEnv);
       expect((await fetch(`${other.baseUrl}/health/ready`)).status).toBe(200);
 
       const code = await other.stop('SIGTERM');

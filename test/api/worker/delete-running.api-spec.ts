@@ -1,50 +1,26 @@
-import type Bull from 'bull';
-import type { TestEnvironment } from '../../support/environment.js';
-import type { FakeCog } from '../../support/fake-cog.js';
 import { Client } from '../../support/client.js';
-import type { RunningService } from '../../support/service.js';
 import {
   cogEngine,
-  createUser,
   getItem,
   jobSettled,
   mediaFolder,
   pathExists,
-  Processes,
   storedInputs,
   submit,
   uniqueImage,
-  WorkerWorld,
+  worldForBlock,
 } from '../../support/harness.js';
 
 /** Long enough to delete the item while the engine works on it. */
 const ENGINE_MS = 2500;
 
 describe('deleting an item while its job runs', () => {
-  let world: WorkerWorld;
-  let env: TestEnvironment;
-  let processes: Processes;
-  let fake: FakeCog;
-  let api: RunningService;
-  let queue: Bull.Queue;
-  let key: string;
-
-  beforeAll(async () => {
-    world = await WorkerWorld.create(() => ({ kind: 'succeed', delayMs: ENGINE_MS }));
-    ({ env, processes, fake, queue } = world);
+  const block = worldForBlock(() => ({ kind: 'succeed', delayMs: ENGINE_MS }), {
     // One job at a time, so a second job waits in the queue while the first runs.
-    [api] = await Promise.all([
-      processes.start('api', cogEngine(fake)),
-      processes.start('worker', { ...cogEngine(fake), WORKER_CONCURRENCY: '1' }),
-    ]);
-    ({ key } = await createUser(env));
-  }, 60_000);
+    services: (fake) => ({ workers: [{ ...cogEngine(fake), WORKER_CONCURRENCY: '1' }] }),
+  });
 
-  afterAll(async () => {
-    await world?.dispose();
-  }, 60_000);
-
-  const remove = (id: string) => new Client(api.baseUrl, key).delete(id);
+  const remove = (id: string) => new Client(block.api.baseUrl, block.key).delete(id);
 
   /** Reads the item's media paths and its media folder over and over until stopped; collects what it saw. */
   function watchMedia(id: string): { stop(): Promise<string[]> } {
@@ -53,11 +29,11 @@ describe('deleting an item while its job runs', () => {
     const loop = (async () => {
       while (running) {
         for (const file of ['preview.webp', 'stock.jpg']) {
-          const response = await fetch(`${api.baseUrl}/media/${id}/${file}`);
+          const response = await fetch(`${block.api.baseUrl}/media/${id}/${file}`);
           await response.body?.cancel();
           if (response.status !== 404) seen.push(`GET ${file}: ${response.status}`);
         }
-        if (await pathExists(mediaFolder(env, id))) seen.push('media folder exists');
+        if (await pathExists(mediaFolder(block.env, id))) seen.push('media folder exists');
       }
     })();
     return {
@@ -70,6 +46,7 @@ describe('deleting an item while its job runs', () => {
   }
 
   it("throws the running job's result away: no media file ever appears and the item stays gone", async () => {
+    const { env, fake, queue, api, key } = block;
     const clothes = await uniqueImage();
     const id = await submit(api.baseUrl, key, clothes);
     await fake.waitFor((f) => f.requestsFor(clothes).length === 1, 'the worker to call the engine');
@@ -93,6 +70,7 @@ describe('deleting an item while its job runs', () => {
   }, 60_000);
 
   it('drops a queued job before it reaches the engine', async () => {
+    const { env, fake, queue, api, key } = block;
     const running = await uniqueImage();
     const queued = await uniqueImage();
     const runningId = await submit(api.baseUrl, key, running);

@@ -1,68 +1,51 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type Bull from 'bull';
-import type { TestEnvironment } from '../../support/environment.js';
-import { type FakeCog, type FakeCogAnswer, sha256 } from '../../support/fake-cog.js';
-import type { RunningService } from '../../support/service.js';
+import { type FakeCogAnswer, sha256 } from '../../support/fake-cog.js';
 import {
   cogEngine,
-  createUser,
   expectCompleteWithOutputs,
   final,
   jobSettled,
   listDir,
   mediaFolder,
   type Outputs,
-  Processes,
   storedInputs,
   submit,
   uniqueImage,
-  WorkerWorld,
+  worldForBlock,
 } from '../../support/harness.js';
 import { type HistoryItemBody } from '../../support/client.js';
 
 const JOBS = 20;
 
 describe('a job delivered more than once', () => {
-  let world: WorkerWorld;
-  let env: TestEnvironment;
-  let processes: Processes;
-  let fake: FakeCog;
-  let api: RunningService;
-  let queue: Bull.Queue;
-  let key: string;
   /** Engine time by the sha256 of a job's image and the attempt; other jobs take 100 ms. */
   const delays = new Map<string, (attempt: number) => number>();
-
-  beforeAll(async () => {
-    world = await WorkerWorld.create((request): FakeCogAnswer => ({
+  const block = worldForBlock(
+    (request): FakeCogAnswer => ({
       kind: 'succeed',
       delayMs: delays.get(Object.values(request.images)[0])?.(request.attempt) ?? 100,
-    }));
-    ({ env, processes, fake, queue } = world);
-    const worker = { ...cogEngine(fake), WORKER_CONCURRENCY: '3' };
-    // Two workers on one queue, as in a deployment with replicas.
-    [api] = await Promise.all([
-      processes.start('api', cogEngine(fake)),
-      processes.start('worker', worker),
-      processes.start('worker', worker),
-    ]);
-    ({ key } = await createUser(env));
-  }, 90_000);
-
-  afterAll(async () => {
-    await world?.dispose();
-  }, 60_000);
+    }),
+    {
+      services: (fake) => {
+        const worker = { ...cogEngine(fake), WORKER_CONCURRENCY: '3' };
+        // Two workers on one queue, as in a deployment with replicas.
+        return { workers: [worker, worker] };
+      },
+      timeoutMs: 90_000,
+    },
+  );
 
   /** Queues the item once more under another Bull job id, as a lost acknowledgement or a replayed queue would. */
   async function deliverAgain(id: string): Promise<string> {
     const jobId = `dup-${id}`;
-    await queue.add('generate', { historyItemId: id }, { jobId });
+    await block.queue.add('generate', { historyItemId: id }, { jobId });
     return jobId;
   }
 
   async function expectUnchanged(item: HistoryItemBody, outputs: Outputs): Promise<void> {
+    const { env, api, key } = block;
     const now = await final(api.baseUrl, key, item.history_item_id);
     expect(now).toEqual(item);
     const again = await expectCompleteWithOutputs(api.baseUrl, now);
@@ -72,6 +55,7 @@ describe('a job delivered more than once', () => {
   }
 
   it('leaves only its outputs where a run killed while writing left partial files', async () => {
+    const { env, api, key } = block;
     const clothes = await uniqueImage();
     delays.set(sha256(clothes), () => 1500);
     const id = await submit(api.baseUrl, key, clothes);
@@ -86,6 +70,7 @@ describe('a job delivered more than once', () => {
   });
 
   it('changes nothing when the job is delivered again after it completed', async () => {
+    const { fake, queue, api, key } = block;
     const clothes = await uniqueImage();
     const id = await submit(api.baseUrl, key, clothes);
     const item = await final(api.baseUrl, key, id);
@@ -99,6 +84,7 @@ describe('a job delivered more than once', () => {
   }, 60_000);
 
   it('keeps the first result when a second delivery runs at the same time', async () => {
+    const { env, fake, queue, api, key } = block;
     const clothes = await uniqueImage();
     // The second delivery's engine call ends well after the first has completed the item.
     delays.set(sha256(clothes), (attempt) => (attempt === 1 ? 1500 : 4000));
@@ -122,6 +108,7 @@ describe('a job delivered more than once', () => {
   }, 60_000);
 
   it(`completes each of ${JOBS} jobs exactly once with two workers taking from the queue`, async () => {
+    const { env, fake, queue, api, key } = block;
     const images = await Promise.all(Array.from({ length: JOBS }, () => uniqueImage()));
     const ids = await Promise.all(images.map((clothes) => submit(api.baseUrl, key, clothes)));
 

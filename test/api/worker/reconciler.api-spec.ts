@@ -1,27 +1,22 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
-import type Bull from 'bull';
 import sharp from 'sharp';
 import { inputKey } from '../../../src/media/media.js';
-import type { TestEnvironment } from '../../support/environment.js';
-import { type FakeCog, type FakeCogAnswer, sha256 } from '../../support/fake-cog.js';
-import type { RunningService } from '../../support/service.js';
+import { type FakeCogAnswer, sha256 } from '../../support/fake-cog.js';
 import {
   cogEngine,
-  createUser,
   expectCompleteWithOutputs,
   expectFailedLeavingNothing,
   expectNoMedia,
   final,
   jobSettled,
-  Processes,
   query,
   storedInputPath,
   storedInputs,
   submit,
   TOOL,
   uniqueImage,
-  WorkerWorld,
+  worldForBlock,
 } from '../../support/harness.js';
 
 const DEADLINE_MS = 60_000;
@@ -34,41 +29,32 @@ const ORPHAN_AGE_SECONDS = 15;
 const SLOW_ENGINE_MS = 3000;
 
 describe('the reconciler', () => {
-  let world: WorkerWorld;
-  let env: TestEnvironment;
-  let processes: Processes;
-  let fake: FakeCog;
-  let api: RunningService;
-  let queue: Bull.Queue;
-  let key: string;
-  let userId: string;
   const delays = new Map<string, number>();
-
-  beforeAll(async () => {
-    world = await WorkerWorld.create((request): FakeCogAnswer => ({
+  const block = worldForBlock(
+    (request): FakeCogAnswer => ({
       kind: 'succeed',
       delayMs: delays.get(Object.values(request.images)[0]) ?? 0,
-    }));
-    ({ env, processes, fake, queue } = world);
-    // The boot refuses a deadline shorter than an engine's timeout: the engine's attempt is given less than the job.
-    const settings = {
-      ...cogEngine(fake),
-      JOB_DEADLINE_MS: String(DEADLINE_MS),
-      ENGINE_TIMEOUT_MS: String(DEADLINE_MS),
-    };
-    [api] = await Promise.all([processes.start('api', settings), processes.start('worker', settings)]);
-    ({ key, userId } = await createUser(env));
-  }, 60_000);
-
-  afterAll(async () => {
-    await world?.dispose();
-  }, 60_000);
+    }),
+    {
+      services: (fake) => {
+        // The boot refuses a deadline shorter than an engine's timeout: the engine's attempt is given less
+        // than the job.
+        const settings = {
+          ...cogEngine(fake),
+          JOB_DEADLINE_MS: String(DEADLINE_MS),
+          ENGINE_TIMEOUT_MS: String(DEADLINE_MS),
+        };
+        return { api: settings, workers: [settings] };
+      },
+    },
+  );
 
   /**
    * A pending item as the API writes it (row plus stored input), `ageSeconds` old, whose job never reached the
    * queue: the API stopped between its insert and its enqueue.
    */
   async function insertOrphan(clothes: Buffer, ageSeconds: number): Promise<string> {
+    const { env, queue, userId } = block;
     const id = randomUUID();
     const { width, height } = await sharp(clothes).metadata();
     await mkdir(env.serviceEnv.INPUT_ROOT, { recursive: true });
@@ -86,6 +72,7 @@ describe('the reconciler', () => {
   }
 
   it('queues a pending item that has no job, and it completes without the client doing anything', async () => {
+    const { env, fake, api, key } = block;
     const clothes = await uniqueImage();
     const id = await insertOrphan(clothes, ORPHAN_AGE_SECONDS);
 
@@ -97,6 +84,7 @@ describe('the reconciler', () => {
   }, 60_000);
 
   it('ends an item pending past JOB_DEADLINE_MS as timeout, and its late result is thrown away', async () => {
+    const { env, fake, queue, api, key } = block;
     const clothes = await uniqueImage();
     delays.set(sha256(clothes), SLOW_ENGINE_MS);
     const id = await submit(api.baseUrl, key, clothes);
@@ -117,6 +105,7 @@ describe('the reconciler', () => {
   }, 60_000);
 
   it('ends a job-less item already past its deadline as timeout without running it', async () => {
+    const { env, fake, api, key } = block;
     const clothes = await uniqueImage();
     const id = await insertOrphan(clothes, (2 * DEADLINE_MS) / 1000);
 
