@@ -427,6 +427,16 @@ export async function requestJson(agent, options) {
   return { ...response, json };
 }
 
+/** A job creation: `form` a multipartBody, sent with `authorization` (`Bearer <key>`); resolves requestJson's answer. */
+export function postJob(agent, baseUrl, authorization, form) {
+  return requestJson(agent, {
+    url: `${baseUrl}/generation/generate_image_v2/`,
+    method: 'POST',
+    headers: { Authorization: authorization, 'Content-Type': form.contentType },
+    body: form.body,
+  });
+}
+
 /**
  * Closed-loop load from autocannon: `concurrency` keep-alive connections, each sending its next request as soon as
  * the previous answer is read, for `durationMs`. `target`: `{ url, method, headers, body }`, or `{ url, requests }`

@@ -21,6 +21,7 @@ import {
   makePhoto,
   multipartBody,
   record,
+  postJob,
   requestJson,
   ROOT,
   sleep,
@@ -61,12 +62,7 @@ export async function run() {
     const photo = await makePhoto('product', 256, 256);
     const submit = async () => {
       const form = multipartBody({ tool: 'default', prompt: 'sharper', image: { data: photo, filename: 'image.jpg' } });
-      const { status, json } = await requestJson(agent, {
-        url: `${api.baseUrl}/generation/generate_image_v2/`,
-        method: 'POST',
-        headers: { authorization, 'content-type': form.contentType },
-        body: form.body,
-      });
+      const { status, json } = await postJob(agent, api.baseUrl, authorization, form);
       if (status !== 202) throw new Error(`job creation answered ${status}: ${JSON.stringify(json)}`);
       return json.history_item_id;
     };

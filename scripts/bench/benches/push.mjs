@@ -22,6 +22,7 @@ import {
   makePhoto,
   multipartBody,
   record,
+  postJob,
   requestJson,
   rssKb,
   sleep,
@@ -63,12 +64,7 @@ export async function run() {
       webhook_url: receiver.url,
     });
     const submit = async (body = form) => {
-      const post = await requestJson(agent, {
-        url: `${api.baseUrl}/generation/generate_image_v2/`,
-        method: 'POST',
-        headers: { Authorization: authorization, 'Content-Type': body.contentType },
-        body: body.body,
-      });
+      const post = await postJob(agent, api.baseUrl, authorization, body);
       if (post.status !== 202) throw new Error(`POST ${post.status} ${post.body}`);
       return post.json.history_item_id;
     };
@@ -177,12 +173,7 @@ async function idleStreams(env) {
   const { authorization } = users[0];
   const photo = await makePhoto('clothes', 256, 256);
   const form = multipartBody({ tool: 'fashion_card', clothes: { data: photo, filename: 'clothes.jpg' } });
-  const post = await requestJson(undefined, {
-    url: `${api.baseUrl}/generation/generate_image_v2/`,
-    method: 'POST',
-    headers: { Authorization: authorization, 'Content-Type': form.contentType },
-    body: form.body,
-  });
+  const post = await postJob(undefined, api.baseUrl, authorization, form);
   const id = post.json.history_item_id;
   const target = {
     url: `${api.baseUrl}/user/generation-history/${id}`,

@@ -26,6 +26,7 @@ import {
   makePhoto,
   multipartBody,
   record,
+  postJob,
   requestJson,
   ROOT,
   sleep,
@@ -78,12 +79,7 @@ export async function run() {
   });
   const submit = async () => {
     const sentAt = Date.now();
-    const post = await requestJson(agent, {
-      url: `${api.baseUrl}/generation/generate_image_v2/`,
-      method: 'POST',
-      headers: { Authorization: authorization, 'Content-Type': form.contentType },
-      body: form.body,
-    });
+    const post = await postJob(agent, api.baseUrl, authorization, form);
     if (post.status !== 202) throw new Error(`POST answered ${post.status} ${post.body}`);
     return { id: post.json.history_item_id, sentAt, acceptedAt: Date.now() };
   };

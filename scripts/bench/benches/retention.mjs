@@ -26,6 +26,7 @@ import {
   makePhoto,
   multipartBody,
   record,
+  postJob,
   requestJson,
   sleep,
   summarize,
@@ -64,12 +65,7 @@ export async function run() {
 
     const submit = async () => {
       const started = performance.now();
-      const post = await requestJson(agent, {
-        url: `${service.baseUrl}/generation/generate_image_v2/`,
-        method: 'POST',
-        headers: { Authorization: authorization, 'Content-Type': form.contentType },
-        body: form.body,
-      });
+      const post = await postJob(agent, service.baseUrl, authorization, form);
       if (post.status !== 202) return { started, error: `POST ${post.status}` };
       const id = post.json.history_item_id;
       while (performance.now() - started < JOB_TIMEOUT_MS) {
