@@ -3,7 +3,8 @@
  * specification's HTTP transport (open-telemetry/opentelemetry-proto: `docs/specification.md`, "OTLP/HTTP") and the
  * messages of `opentelemetry/proto/collector/trace/v1/trace_service.proto` and `trace/v1/trace.proto`.
  *
- * - `POST /v1/traces` only: another path is 404, another method 405.
+ * - `POST /v1/traces` only: another path is 404 (and kept in `refused`: metrics or logs sent to a trace endpoint),
+ *   another method 405.
  * - `application/json` bodies (ids as hex strings, enum values as numbers, as the JSON encoding says) are decoded into
  *   spans; `application/x-protobuf` bodies are kept as bytes; any other content type is 415.
  * - Each accepted request is answered 200 with an empty ExportTraceServiceResponse in the request's encoding.
@@ -31,6 +32,8 @@ export interface OtlpReceiver {
   spans: ReceivedSpan[];
   /** Bodies of every request, in order, whatever their encoding. */
   requests: { contentType: string; body: Buffer }[];
+  /** `POST /v1/metrics` and the like: the requests to any other path, as method and path. */
+  refused: string[];
   close(): Promise<void>;
 }
 
@@ -102,9 +105,13 @@ async function bodyOf(request: IncomingMessage): Promise<Buffer> {
 export async function startOtlpReceiver(port = 0): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = [];
   const requests: OtlpReceiver['requests'] = [];
+  const refused: string[] = [];
   const server = createServer((request: IncomingMessage, response: ServerResponse) => {
     void (async () => {
-      if (request.url !== '/v1/traces') return response.writeHead(404).end();
+      if (request.url !== '/v1/traces') {
+        refused.push(`${request.method} ${request.url}`);
+        return response.writeHead(404).end();
+      }
       if (request.method !== 'POST') return response.writeHead(405, { Allow: 'POST' }).end();
       const contentType = (request.headers['content-type'] ?? '').split(';')[0].trim();
       if (contentType !== 'application/json' && contentType !== 'application/x-protobuf') {
@@ -128,6 +135,7 @@ export async function startOtlpReceiver(port = 0): Promise<OtlpReceiver> {
     endpoint: `http://127.0.0.1:${bound}`,
     spans,
     requests,
+    refused,
     async close() {
       server.closeAllConnections();
       server.close();

@@ -10,8 +10,11 @@ import type { RunningService } from '../../support/service.js';
 
 /** The port OpenTelemetry's exporters send to when no endpoint is set. */
 const DEFAULT_OTLP_PORT = 4318;
-/** Spans are exported in batches; a short delay keeps the test quick. */
-const QUICK_EXPORT = { OTEL_BSP_SCHEDULE_DELAY: '100', LOG_LEVEL: 'info' };
+/**
+ * Spans are exported in batches; a short delay keeps the test quick. So would metrics be, every 100 ms, if the SDK
+ * sent any to the endpoint.
+ */
+const QUICK_EXPORT = { OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_METRIC_EXPORT_INTERVAL: '100', LOG_LEVEL: 'info' };
 const WEBHOOKS_ALLOWED = { WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' };
 const SPAN_KIND = { server: 2, client: 3, producer: 4, consumer: 5 };
 
@@ -162,6 +165,9 @@ describe('traces', () => {
       // The worker's log line about the job names the trace and the span it was written in.
       const completed = logLines(worker).find((line) => line.msg === 'job complete' && line.id === id);
       expect(completed).toMatchObject({ trace_id: traceId, span_id: processing?.spanId });
+
+      // Traces only: the service's metrics are Prometheus's and its logs go to stdout.
+      expect(receiver.refused).toEqual([]);
     });
   });
 
