@@ -55,7 +55,6 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
     const lock = await this.redis.set('reconciler:lock', '1', 'PX', this.config.reconcileIntervalMs, 'NX');
     if (!lock) return { requeued: 0, timedOut: 0 };
     const timedOut = await this.expireOverdue();
-    this.metrics.countReconciled('timeout', timedOut);
     const orphans = await this.requeueOrphans();
     this.metrics.countReconciled('requeue', orphans);
     const webhooks = await this.requeueWebhooks();
@@ -68,7 +67,11 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
   private async expireOverdue(): Promise<number> {
     let count = 0;
     for (const id of await this.items.pendingOlderThan(this.config.jobDeadlineMs / 1000, SWEEP_BATCH)) {
-      if (await this.lifecycle.fail(id, 'timeout', 'The job did not finish in time.')) count++;
+      if (await this.lifecycle.fail(id, 'timeout', 'The job did not finish in time.')) {
+        count++;
+        // Counted as each item ends: a sweep that fails halfway still counts the items it ended.
+        this.metrics.countReconciled('timeout', 1);
+      }
       await this.queue.drop(id);
     }
     return count;

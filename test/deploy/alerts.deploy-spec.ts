@@ -14,6 +14,7 @@ import {
   submit,
   TOOL,
   uniqueImage,
+  waitUntil,
   WorkerWorld,
 } from '../support/harness.js';
 import { freePort, type RunningService } from '../support/service.js';
@@ -283,8 +284,11 @@ describe('the metrics the alerts and the dashboard read', () => {
     );
 
     expect((await final(api.baseUrl, key, id)).error?.code).toBe('timeout');
-    const sut = await scrapeText(ports.worker);
-    expect(sampleValue(sut, 'igs_reconciler_items_total', { action: 'timeout' })).toBe(1);
+    // The client can see the item end a moment before the reconciler, which ended it, has counted it.
+    const counted = async () =>
+      sampleValue(await scrapeText(ports.worker), 'igs_reconciler_items_total', { action: 'timeout' });
+    await waitUntil(async () => (await counted()) > 0, 'the reconciler to count the item it ended', 5_000);
+    expect(await counted()).toBe(1);
     expect(sampleValue(await scrapeText(ports.api), 'igs_reconciler_items_total', { action: 'timeout' })).toBe(0);
   }, 60_000);
 
