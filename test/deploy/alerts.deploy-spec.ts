@@ -287,7 +287,7 @@ describe('the metrics the alerts and the dashboard read', () => {
     // The client can see the item end a moment before the reconciler, which ended it, has counted it.
     const counted = async () =>
       sampleValue(await scrapeText(ports.worker), 'igs_reconciler_items_total', { action: 'timeout' });
-    await waitUntil(async () => (await counted()) > 0, 'the reconciler to count the item it ended', 5_000);
+    await waitUntil(async () => ((await counted()) ?? 0) > 0, 'the reconciler to count the item it ended', 5_000);
     expect(await counted()).toBe(1);
     expect(sampleValue(await scrapeText(ports.api), 'igs_reconciler_items_total', { action: 'timeout' })).toBe(0);
   }, 60_000);
