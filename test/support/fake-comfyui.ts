@@ -576,3 +576,25 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
   fake.url = `http://127.0.0.1:${port}`;
   return fake;
 }
+
+/**
+ * A routing file (ENGINES.md) that sends the `default` tool to a ComfyUI server at `url` with the img2img example
+ * workflow, which the caller copies from docs/routing/workflows into `workflows/` beside the file.
+ */
+export function img2imgRouting(url: string, engine: { concurrency: number; timeout?: string }): string {
+  return `engines:
+  comfy:
+    kind: comfyui
+    url: ${url}
+    concurrency: ${engine.concurrency}
+${engine.timeout ? `    timeout: ${engine.timeout}\n` : ''}routes:
+  default:
+    engine: comfy
+    workflow: workflows/img2img.json
+    inputs:
+      image: { node: "2" }
+      prompt: { node: "4", input: text }
+    output: { node: "8" }
+    seed: { node: "6", input: seed }
+`;
+}

@@ -41,7 +41,7 @@ export const description =
   'comfyui kind vs a fake ComfyUI: websocket progress to the client stream (p50), and jobs/s through 4 slots of 100 ms over the capacity';
 
 export async function run() {
-  const { startFakeComfy } = await testSupport();
+  const { img2imgRouting, startFakeComfy } = await testSupport();
   const env = await createBenchEnv();
   const agent = keepAliveAgent(64);
   const fake = await startFakeComfy({ steps: PROGRESS_STEPS, stepMs: PROGRESS_STEP_MS, nodeMs: 1, slots: SLOTS });
@@ -49,7 +49,7 @@ export async function run() {
     const folder = join(env.dataDir, 'engines');
     await mkdir(join(folder, 'workflows'), { recursive: true });
     await copyFile(join(ROOT, 'docs/routing/workflows/img2img.json'), join(folder, 'workflows/img2img.json'));
-    await writeFile(join(folder, 'engines.yaml'), routingFile(fake.url));
+    await writeFile(join(folder, 'engines.yaml'), img2imgRouting(fake.url, { concurrency: SLOTS }));
     const settings = {
       ENGINES_FILE: join(folder, 'engines.yaml'),
       // Twice the server's slots, as docs/engines.md advises: a job is ready the moment a slot frees.
@@ -139,24 +139,6 @@ export async function run() {
     await env.dispose();
     agent.destroy();
   }
-}
-
-function routingFile(url) {
-  return `engines:
-  comfy:
-    kind: comfyui
-    url: ${url}
-    concurrency: ${SLOTS}
-routes:
-  default:
-    engine: comfy
-    workflow: workflows/img2img.json
-    inputs:
-      image: { node: "2" }
-      prompt: { node: "4", input: text }
-    output: { node: "8" }
-    seed: { node: "6", input: seed }
-`;
 }
 
 /** performance.now() of each event of the item's stream carrying a progress below 1, until the item is final. */

@@ -4,32 +4,12 @@ import sharp from 'sharp';
 import { createJob, type HistoryItemBody, waitForFinal } from '../../support/client.js';
 import { openStream } from '../../support/event-stream.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { startFakeComfy, type FakeComfy } from '../../support/fake-comfyui.js';
+import { img2imgRouting, startFakeComfy, type FakeComfy } from '../../support/fake-comfyui.js';
 import { createUser, expectCompleteWithOutputs, Processes, waitUntil } from '../../support/harness.js';
 import { makeImage } from '../../support/jobs.js';
 import type { RunningService } from '../../support/service.js';
 
 const WORKFLOW = new URL('../../../docs/routing/workflows/img2img.json', import.meta.url);
-
-/** The `default` tool routed to the fake ComfyUI server with the img2img example workflow. */
-function routingFile(url: string): string {
-  return `engines:
-  comfy:
-    kind: comfyui
-    url: ${url}
-    concurrency: 1
-    timeout: 1m
-routes:
-  default:
-    engine: comfy
-    workflow: workflows/img2img.json
-    inputs:
-      image: { node: "2" }
-      prompt: { node: "4", input: text }
-    output: { node: "8" }
-    seed: { node: "6", input: seed }
-`;
-}
 
 /** The item's `progress` in each event of its stream, from creation to its final event. */
 async function streamedProgress(baseUrl: string, key: string, id: string): Promise<(number | null)[]> {
@@ -68,7 +48,7 @@ describe('the comfyui engine kind in the built service', () => {
     const folder = join(env.dataDir, 'engines');
     await mkdir(join(folder, 'workflows'), { recursive: true });
     await copyFile(WORKFLOW, join(folder, 'workflows', 'img2img.json'));
-    await writeFile(join(folder, 'engines.yaml'), routingFile(fake.url));
+    await writeFile(join(folder, 'engines.yaml'), img2imgRouting(fake.url, { concurrency: 1, timeout: '1m' }));
     serviceEnv = { ENGINES_FILE: join(folder, 'engines.yaml'), JOB_ATTEMPTS: '3' };
     processes = new Processes(env);
     api = await processes.start('api', serviceEnv);
