@@ -117,8 +117,9 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     expect(seeds[2]).not.toBe(seeds[0]);
   });
 
-  it('reports progress that rises from the nodes run and the sampler steps', async () => {
+  it("reports progress that rises from the nodes run and the sampler steps, from the prompt's first message", async () => {
     fake.switches.steps = 5;
+    fake.switches.promptAnswerDelayMs = 50;
     const sut = server.engineFor(route());
     const reported: number[] = [];
 

@@ -73,6 +73,11 @@ export interface FakeComfySwitches {
   restartAtStep?: number;
   /** Prompts run at once (ComfyUI runs one). */
   slots: number;
+  /**
+   * The answer to `POST /prompt` is sent this long after the prompt started: ComfyUI's executor runs in its own thread,
+   * so its first messages can reach the socket before the HTTP answer reaches the client.
+   */
+  promptAnswerDelayMs?: number;
 }
 
 export interface FakeComfy {
@@ -489,7 +494,9 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
       fake.maxInFlight = Math.max(fake.maxInFlight, pending.length + running.size);
       send(undefined, 'status', { status: queueInfo() });
       pump();
-      return json(response, 200, { prompt_id: promptId, number: fake.prompts.length, node_errors: {} });
+      const number = fake.prompts.length;
+      if (switches.promptAnswerDelayMs) await sleep(switches.promptAnswerDelayMs);
+      return json(response, 200, { prompt_id: promptId, number, node_errors: {} });
     }
     if (route === 'GET /queue') {
       return json(response, 200, { queue_running: [...running].map(queueItem), queue_pending: pending.map(queueItem) });

@@ -8,7 +8,7 @@ import {
   type EngineRequest,
 } from '../engine.js';
 import { engineFailed, quote, type RemoteHttp, verifyImage } from '../remote-http.js';
-import type { ComfyMessage, ComfySocket } from './comfyui.socket.js';
+import type { ComfyMessage, ComfySocket, PromptWatch } from './comfyui.socket.js';
 import {
   buildPrompt,
   decodeRun,
@@ -155,7 +155,7 @@ export class ComfyEngine implements Engine {
     active: { promptId?: string },
   ): Promise<{ kind: 'finished'; entry: HistoryEntry } | { kind: 'again'; run: number }> {
     active.promptId = recorded.promptId;
-    const found = await this.follow(recorded.promptId, request, false);
+    const found = await this.follow(this.server.socket.watch(recorded.promptId), request, false);
     if (found.kind === 'finished') return found;
     return { kind: 'again', run: recorded.queued ? recorded.run + 1 : recorded.run };
   }
@@ -175,25 +175,36 @@ export class ComfyEngine implements Engine {
     active.promptId = promptId;
     // Messages go to the client id the prompt was queued with: the socket must be open first not to miss any.
     await abortable(socket.ready(SOCKET_WAIT_MS), request.signal);
-    // Not repeated blindly: a second POST could queue the workflow twice. The next attempt looks it up first.
-    const { status, body } = await http.request({
-      method: 'POST',
-      path: '/prompt',
-      body: { prompt, client_id: socket.clientId, prompt_id: promptId },
-      retry: false,
-      answerStatuses: [400],
-      signal: request.signal,
-    });
-    const answer = parseJson(body) as { prompt_id?: unknown } | undefined;
-    if (status === 400) {
-      const reason = describeRefusal(answer);
-      throw engineFailed(`ComfyUI refused the workflow ${this.route.workflowFile}: ${reason}`, reason);
+    let watch = socket.watch(promptId);
+    let queued: string;
+    try {
+      // Not repeated blindly: a second POST could queue the workflow twice. The next attempt looks it up first.
+      const { status, body } = await http.request({
+        method: 'POST',
+        path: '/prompt',
+        body: { prompt, client_id: socket.clientId, prompt_id: promptId },
+        retry: false,
+        answerStatuses: [400],
+        signal: request.signal,
+      });
+      const answer = parseJson(body) as { prompt_id?: unknown } | undefined;
+      if (status === 400) {
+        const reason = describeRefusal(answer);
+        throw engineFailed(`ComfyUI refused the workflow ${this.route.workflowFile}: ${reason}`, reason);
+      }
+      // Servers older than client-chosen ids mint their own; the prompt is then followed under that one.
+      queued = typeof answer?.prompt_id === 'string' ? answer.prompt_id : promptId;
+    } catch (error) {
+      watch.close();
+      throw error;
     }
-    // Servers older than client-chosen ids mint their own; the prompt is then followed under that one.
-    const queued = typeof answer?.prompt_id === 'string' ? answer.prompt_id : promptId;
+    if (queued !== promptId) {
+      watch.close();
+      watch = socket.watch(queued);
+    }
     active.promptId = queued;
     await request.runs?.remember(encodeRun({ promptId: queued, run, queued: true }));
-    const found = await this.follow(queued, request, true);
+    const found = await this.follow(watch, request, true);
     return found.kind === 'finished' ? found : { kind: 'gone' };
   }
 
@@ -235,7 +246,7 @@ export class ComfyEngine implements Engine {
    * the socket was down or reconnected, and find the prompt gone when the server restarted without it.
    */
   private follow(
-    promptId: string,
+    watch: PromptWatch,
     request: EngineRequest,
     queuedHere: boolean,
   ): Promise<Whereabouts & { kind: 'finished' | 'gone' }> {
@@ -251,7 +262,7 @@ export class ComfyEngine implements Engine {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
-        unsubscribe();
+        watch.close();
         signal?.removeEventListener('abort', aborted);
         done();
       };
@@ -265,7 +276,7 @@ export class ComfyEngine implements Engine {
         if (settled || looking) return;
         looking = true;
         try {
-          const found = await this.whereabouts(promptId, signal);
+          const found = await this.whereabouts(watch.promptId, signal);
           failures = 0;
           if (found.kind !== 'active') settle(() => resolve(found));
         } catch (error) {
@@ -309,9 +320,9 @@ export class ComfyEngine implements Engine {
         }
       };
       const aborted = () => settle(() => reject(signal!.reason as Error));
-      if (signal?.aborted) return reject(signal.reason as Error);
+      if (signal?.aborted) return aborted();
       signal?.addEventListener('abort', aborted, { once: true });
-      const unsubscribe = this.server.socket.subscribe(promptId, {
+      watch.listen({
         message,
         reconnected: () => void lookUp(),
         dropped: schedule,

@@ -32,7 +32,7 @@ export interface PromptListener {
 export class ComfySocket {
   /** Sent as `client_id` with every prompt queued by this process. */
   readonly clientId = randomUUID();
-  private readonly listeners = new Map<string, Set<PromptListener>>();
+  private readonly listeners = new Map<string, Set<PromptWatch>>();
   private socket: WebSocket | undefined;
   private opened: Promise<void> | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
@@ -52,18 +52,19 @@ export class ComfySocket {
   }
 
   /**
-   * Listens for one prompt's messages; subscribe before queueing the prompt, so none is missed. Returns the
-   * unsubscribe function.
+   * Starts keeping one prompt's messages; watch before queueing the prompt, so none sent before the server's answer
+   * to the queueing is missed. What comes before {@link PromptWatch.listen} is handed to the listener then.
    */
-  subscribe(promptId: string, listener: PromptListener): () => void {
+  watch(promptId: string): PromptWatch {
     let set = this.listeners.get(promptId);
     if (!set) this.listeners.set(promptId, (set = new Set()));
-    set.add(listener);
-    this.ensureOpen();
-    return () => {
-      set.delete(listener);
+    const watch = new PromptWatch(promptId, () => {
+      set.delete(watch);
       if (set.size === 0 && this.listeners.get(promptId) === set) this.listeners.delete(promptId);
-    };
+    });
+    set.add(watch);
+    this.ensureOpen();
+    return watch;
   }
 
   /** Resolves true once the socket is open, false if it is not within `timeoutMs` (the caller then polls). */
@@ -142,5 +143,40 @@ export class ComfySocket {
     const promptId = (message?.data as { prompt_id?: unknown } | undefined)?.prompt_id;
     if (typeof promptId !== 'string') return;
     for (const listener of this.listeners.get(promptId) ?? []) listener.message(message);
+  }
+}
+
+/** One prompt's messages and socket events, kept until a listener takes them, then passed on as they come. */
+export class PromptWatch implements PromptListener {
+  private kept: ((listener: PromptListener) => void)[] | undefined = [];
+  private listener: PromptListener | undefined;
+
+  constructor(
+    readonly promptId: string,
+    readonly close: () => void,
+  ) {}
+
+  listen(listener: PromptListener): void {
+    this.listener = listener;
+    const kept = this.kept ?? [];
+    this.kept = undefined;
+    for (const event of kept) event(listener);
+  }
+
+  message(message: ComfyMessage): void {
+    this.pass((listener) => listener.message(message));
+  }
+
+  reconnected(): void {
+    this.pass((listener) => listener.reconnected());
+  }
+
+  dropped(): void {
+    this.pass((listener) => listener.dropped());
+  }
+
+  private pass(event: (listener: PromptListener) => void): void {
+    if (this.listener) event(this.listener);
+    else this.kept?.push(event);
   }
 }
