@@ -1,6 +1,7 @@
 import { Controller, Get, Res, ServiceUnavailableException } from '@nestjs/common';
 import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
 import type { Response } from 'express';
+import { Draining } from '../common/draining.js';
 import { Public } from '../common/public.js';
 import { DependencyChecks } from './dependency-checks.js';
 
@@ -10,6 +11,7 @@ export class HealthController {
   constructor(
     private readonly health: HealthCheckService,
     private readonly checks: DependencyChecks,
+    private readonly draining: Draining,
   ) {}
 
   /** The process is up; says nothing of its dependencies, so a restart never follows a database outage. */
@@ -19,14 +21,20 @@ export class HealthController {
     return this.health.check([]);
   }
 
-  /** 503 carries terminus's report, not a problem, so an operator sees which dependency is down. */
+  /**
+   * 503 carries terminus's report, not a problem, so an operator sees which dependency is down. From SIGTERM on,
+   * `shutting_down` (terminus's status for it) with 503: a balancer that still reaches this process over a connection
+   * kept alive takes it out of rotation while it drains.
+   */
   @Get('ready')
   @HealthCheck()
   async ready(@Res({ passthrough: true }) response: Response) {
-    const [report, engines] = await Promise.all([
-      this.dependencies(response) as Promise<object>,
+    const [dependencies, engines] = await Promise.all([
+      this.dependencies(response) as Promise<{ status: string }>,
       this.checks.engineServers(),
     ]);
+    const report = this.draining.signal.aborted ? { ...dependencies, status: 'shutting_down' } : dependencies;
+    if (this.draining.signal.aborted) response.status(503);
     if (Object.keys(engines).length === 0) return report;
     // Listed apart from terminus's indicators: a model server that is down must not take the API out of rotation.
     const listed: Record<string, { kind: string; status: 'up' | 'down' }> = {};

@@ -1,8 +1,10 @@
 import { once } from 'node:events';
 import { connect } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type HistoryItem, createClient } from '../../../client/src/index.js';
 import { type OpenStream, openStream } from '../../support/event-stream.js';
 import { cogEngine, createUser, submit, uniqueImage, waitUntil, WorkerWorld } from '../../support/harness.js';
+import { rawExchange } from '../../support/raw-http.js';
 import { type RoundRobinProxy, startRoundRobinProxy } from '../../support/round-robin-proxy.js';
 import type { RunningService } from '../../support/service.js';
 
@@ -130,5 +132,35 @@ describe('SIGTERM to API replicas with event streams and held requests open', ()
 
     expect(code).toBe(0);
     await closed;
+  }, 60_000);
+
+  it('answers readiness with 503 shutting_down while it drains and its worker finishes a job', async () => {
+    // ROLE=all: the API drains while the process's worker gives its running job time to finish.
+    const sut = await world.processes.start('all', { ...cogEngine(world.fake), SHUTDOWN_TIMEOUT_MS: '20000' });
+    await submit(sut.baseUrl, key, await uniqueImage());
+    await world.fake.waitFor((fake) => fake.inFlight().length === 1, 'the job in the engine');
+    // The probe's headers are still coming when SIGTERM arrives: the server answers it, as it does every request in
+    // flight, while it drains.
+    const probe = rawExchange({
+      port: portOf(sut),
+      chunks: [Buffer.from('GET /health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n'), Buffer.from('\r\n')],
+      delayMs: 2000,
+      then: 'keep-open',
+      until: 'response',
+      waitMs: 5000,
+    });
+    await sleep(300);
+    const stopped = world.processes.stop(sut, KILL_GRACE_MS);
+
+    const { responses } = await probe;
+
+    expect(responses).toHaveLength(1);
+    expect(responses[0].status).toBe(503);
+    expect(responses[0].headers.get('connection')).toBe('close');
+    expect(JSON.parse(responses[0].body.toString('utf8'))).toMatchObject({
+      status: 'shutting_down',
+      details: { database: { status: 'up' }, queue: { status: 'up' } },
+    });
+    expect(await stopped).toBe(0);
   }, 60_000);
 });
