@@ -88,8 +88,9 @@ const SKIP_NOT_PROVOKABLE = {
   'GET /user/webhook-secret 503': UNAVAILABLE,
   'POST /user/webhook-secret/rotate 503': UNAVAILABLE,
   'GET /health/ready 503':
-    'cannot be provoked deterministically: readiness answers 503 only while PostgreSQL or Redis is down, ' +
-    'and every other transaction of this run needs them up',
+    'cannot be provoked deterministically: readiness answers 503 only while PostgreSQL or Redis is down or the ' +
+    'process shuts down, and every other transaction of this run needs them up and the process serving ' +
+    '(test/api/push/rollout.api-spec.ts checks the shutting-down answer)',
 };
 
 function operationOf(transaction) {

@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type HistoryItem, createClient } from '../../../client/src/index.js';
+import { expectMatchesContract } from '../../support/contract.js';
 import { type OpenStream, openStream } from '../../support/event-stream.js';
 import { cogEngine, createUser, submit, uniqueImage, waitUntil, WorkerWorld } from '../../support/harness.js';
 import { rawExchange } from '../../support/raw-http.js';
@@ -157,7 +158,8 @@ describe('SIGTERM to API replicas with event streams and held requests open', ()
     expect(responses).toHaveLength(1);
     expect(responses[0].status).toBe(503);
     expect(responses[0].headers.get('connection')).toBe('close');
-    expect(JSON.parse(responses[0].body.toString('utf8'))).toMatchObject({
+    const { status, headers, body } = responses[0];
+    expect(await expectMatchesContract(new Response(body, { status, headers }), 'GET', '/health/ready')).toMatchObject({
       status: 'shutting_down',
       details: { database: { status: 'up' }, queue: { status: 'up' } },
     });
