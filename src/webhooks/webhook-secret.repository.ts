@@ -9,15 +9,21 @@ export class WebhookSecretRepository {
 
   /** The user's secret; `secretIfNew` becomes it when the user has none yet (atomically, whoever asks first). */
   async current(userId: string, secretIfNew: string): Promise<string> {
-    const [row] = await this.db.query<Pick<WebhookSecret, 'secret'>>({
+    const statement = {
       text: `WITH made AS (
                INSERT INTO webhook_secrets (user_id, secret) VALUES ($1, $2)
                ON CONFLICT (user_id) DO NOTHING RETURNING secret
              )
              SELECT secret FROM made UNION ALL SELECT secret FROM webhook_secrets WHERE user_id = $1 LIMIT 1`,
       values: [userId, secretIfNew],
-    });
-    return row.secret;
+    };
+    const [row] = await this.db.query<Pick<WebhookSecret, 'secret'>>(statement);
+    if (row) return row.secret;
+    // Another session made the secret while this statement ran: the insert waited for it and did nothing, and the
+    // statement's snapshot, taken before that commit, does not show the row. The same statement again sees it.
+    const [made] = await this.db.query<Pick<WebhookSecret, 'secret'>>(statement);
+    if (!made) throw new Error(`no webhook secret could be made for user ${userId}`);
+    return made.secret;
   }
 
   /** Makes `secret` the user's; the one it replaces keeps signing for `previousHours`. */
