@@ -33,8 +33,9 @@ export class HealthController {
       this.dependencies(response) as Promise<{ status: string }>,
       this.checks.engineServers(),
     ]);
-    const report = this.draining.signal.aborted ? { ...dependencies, status: 'shutting_down' } : dependencies;
-    if (this.draining.signal.aborted) response.status(503);
+    const shuttingDown = this.draining.signal.aborted;
+    if (shuttingDown) response.status(503);
+    const report = shuttingDown ? { ...dependencies, status: 'shutting_down' } : dependencies;
     if (Object.keys(engines).length === 0) return report;
     // Listed apart from terminus's indicators: a model server that is down must not take the API out of rotation.
     const listed: Record<string, { kind: string; status: 'up' | 'down' }> = {};

@@ -176,7 +176,6 @@ export class ComfyEngine implements Engine {
     // Messages go to the client id the prompt was queued with: the socket must be open first not to miss any.
     await abortable(socket.ready(SOCKET_WAIT_MS), request.signal);
     let watch = socket.watch(promptId);
-    let queued: string;
     try {
       // Not repeated blindly: a second POST could queue the workflow twice. The next attempt looks it up first.
       const { status, body } = await http.request({
@@ -193,19 +192,19 @@ export class ComfyEngine implements Engine {
         throw engineFailed(`ComfyUI refused the workflow ${this.route.workflowFile}: ${reason}`, reason);
       }
       // Servers older than client-chosen ids mint their own; the prompt is then followed under that one.
-      queued = typeof answer?.prompt_id === 'string' ? answer.prompt_id : promptId;
-    } catch (error) {
+      const queued = typeof answer?.prompt_id === 'string' ? answer.prompt_id : promptId;
+      if (queued !== promptId) {
+        watch.close();
+        watch = socket.watch(queued);
+      }
+      active.promptId = queued;
+      await request.runs?.remember(encodeRun({ promptId: queued, run, queued: true }));
+      const found = await this.follow(watch, request, true);
+      return found.kind === 'finished' ? found : { kind: 'gone' };
+    } finally {
+      // Whatever ended the attempt (a refusal, a failed write of the run), the socket stops keeping its messages.
       watch.close();
-      throw error;
     }
-    if (queued !== promptId) {
-      watch.close();
-      watch = socket.watch(queued);
-    }
-    active.promptId = queued;
-    await request.runs?.remember(encodeRun({ promptId: queued, run, queued: true }));
-    const found = await this.follow(watch, request, true);
-    return found.kind === 'finished' ? found : { kind: 'gone' };
   }
 
   /** Each image input into `input/<job id>/<input name>.<ext>`, replacing what an earlier attempt uploaded. */

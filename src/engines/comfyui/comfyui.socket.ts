@@ -153,6 +153,7 @@ export class PromptWatch implements PromptListener {
 
   constructor(
     readonly promptId: string,
+    /** Stops the socket routing the prompt's messages here; closing again does nothing. */
     readonly close: () => void,
   ) {}
 
