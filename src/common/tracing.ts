@@ -1,5 +1,14 @@
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
-import { type Attributes, context, propagation, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import {
+  type Attributes,
+  context,
+  propagation,
+  ROOT_CONTEXT,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+} from '@opentelemetry/api';
 
 /**
  * The service's own spans, through OpenTelemetry's API only: with no SDK started (no OTLP endpoint set) the API is
@@ -43,6 +52,15 @@ export function inSpan<T>(
       }
     },
   );
+}
+
+/**
+ * Runs `open` outside any trace: for a connection opened on first use. Its socket keeps the context it was opened
+ * in, so its handshake, and every event it emits afterwards, would otherwise belong to whichever request or job
+ * happened to use it first.
+ */
+export function outsideTraces<T>(open: () => T): T {
+  return context.with(ROOT_CONTEXT, open);
 }
 
 /** Fields of a log line written in a span: the ids to find its trace with. */

@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import type { Redis } from 'ioredis';
+import { outsideTraces } from '../common/tracing.js';
 import { ServiceUnavailableError } from '../common/unavailable.js';
 import { AppConfig } from '../config/config.js';
 import { REDIS } from '../redis/redis.module.js';
@@ -117,7 +118,8 @@ export class JobEvents implements OnApplicationShutdown {
 
   /** Resolves once the fan-out's channel is subscribed; a Redis that does not answer in time is an outage (503). */
   private async listen(): Promise<void> {
-    this.listening ??= this.startListening();
+    // The first watcher opens the fan-out, which then serves them all: it is no part of that watcher's trace.
+    this.listening ??= outsideTraces(() => this.startListening());
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new ServiceUnavailableError('redis')), LISTEN_TIMEOUT_MS);

@@ -1,6 +1,7 @@
 import { BullModule } from '@nestjs/bull';
 import { Module, type OnApplicationShutdown } from '@nestjs/common';
 import { Redis, type RedisOptions } from 'ioredis';
+import { outsideTraces } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
 import { FAIL_FAST_OPTIONS } from '../redis/redis.js';
 import { JobQueue } from './job-queue.js';
@@ -8,17 +9,21 @@ import { QueueDepth } from './queue-depth.js';
 import { GENERATION_QUEUE, WEBHOOK_BACKOFF, WEBHOOK_QUEUE } from './queues.js';
 import { WebhookQueue } from './webhook-queue.js';
 
-/** Bull's Redis connections; Bull does not close connections it did not create itself. */
+/**
+ * Bull's Redis connections; Bull does not close connections it did not create itself. Bull opens them on a queue's
+ * first use, within the request or job that used it: they are opened outside its trace.
+ */
 class QueueConnections implements OnApplicationShutdown {
   private readonly all = new Set<Redis>();
 
   create(type: 'client' | 'subscriber' | 'bclient', url: string, options: RedisOptions): Redis {
-    const connection =
+    const connection = outsideTraces(() =>
       type === 'client'
         ? // Adds and job updates fail at once while Redis is down, so the API answers 503 in time.
           new Redis(url, { ...options, ...FAIL_FAST_OPTIONS, commandTimeout: undefined })
         : // The blocking and subscriber connections wait and reconnect for as long as it takes.
-          new Redis(url, { ...options, maxRetriesPerRequest: null, enableReadyCheck: false });
+          new Redis(url, { ...options, maxRetriesPerRequest: null, enableReadyCheck: false }),
+    );
     this.all.add(connection);
     return connection;
   }

@@ -68,6 +68,17 @@ async function submitWithWebhook(baseUrl: string, key: string, webhookUrl: strin
   return ((await response.json()) as { history_item_id: string }).history_item_id;
 }
 
+/** Creates a job whose request waits for its end (`Prefer: wait`), as the API's first waiter; returns its id. */
+async function submitAndWait(baseUrl: string, key: string, webhookUrl: string): Promise<string> {
+  const clothes = { data: await uniqueImage(), filename: 'clothes.png', contentType: 'image/png' };
+  const fields = { tool: 'fashion_card', clothes, webhook_url: webhookUrl };
+  const response = await postJob(baseUrl, key, fields, { Prefer: 'wait=30' });
+  expect(response.status).toBe(200);
+  const item = (await response.json()) as { history_item_id: string; status: string };
+  expect(item.status).toBe('complete');
+  return item.history_item_id;
+}
+
 describe('traces', () => {
   let world: WorkerWorld;
   let receiver: OtlpReceiver;
@@ -107,8 +118,7 @@ describe('traces', () => {
     }, 60_000);
 
     it('exports one trace per job: the request, the queueing, the worker, the engine, storage, webhook, pg and Redis', async () => {
-      const id = await submitWithWebhook(api.baseUrl, key, webhooks.url);
-      expect((await final(api.baseUrl, key, id)).status).toBe('complete');
+      const id = await submitAndWait(api.baseUrl, key, webhooks.url);
       const ofJob = () => receiver.spans.filter((span) => span.attributes['igs.item_id'] === id);
       await waitUntil(() => ofJob().some((span) => span.name === 'process webhooks'), 'the webhook delivery span');
 
@@ -120,13 +130,23 @@ describe('traces', () => {
       await waitUntil(() => sut().some((span) => span.kind === SPAN_KIND.server), 'the creating request span');
       const byService = (name: string) => sut().filter((span) => span.resource['service.name'] === name);
 
-      // The creating request, in the API process: its HTTP span, Express's, the queueing, and its database calls.
+      // The creating request, in the API process: its HTTP span named by Express's route, the queueing, and its
+      // database calls.
       const apiSpans = byService('igs-api');
       const request = apiSpans.find((span) => span.kind === SPAN_KIND.server);
-      expect(request?.attributes).toMatchObject({ 'http.request.method': 'POST' });
+      expect(request?.name).toBe('POST /generation/generate_image_v2');
+      expect(request?.attributes).toMatchObject({
+        'http.request.method': 'POST',
+        'http.route': '/generation/generate_image_v2',
+      });
       expect(apiSpans.map((span) => span.name)).toContain('send generation');
       expect(apiSpans.some((span) => span.attributes['db.system.name'] === 'postgresql')).toBe(true);
       expect(apiSpans.some((span) => span.attributes['db.system.name'] === 'redis')).toBe(true);
+      // The request is the API process's first to wait: the Redis connection it opened to hear of the job's end
+      // (shared by every later waiter) is no part of its trace.
+      const apiRedis = apiSpans.filter((span) => span.attributes['db.system.name'] === 'redis');
+      expect(apiRedis.map((span) => span.name)).not.toContain('connect');
+      expect(apiRedis.map((span) => span.name)).not.toContain('subscribe');
 
       // The worker continues the same trace, under the queueing span.
       const workerSpans = byService('igs-worker');
@@ -158,6 +178,10 @@ describe('traces', () => {
       const workerRedis = workerSpans.filter((span) => span.attributes['db.system.name'] === 'redis');
       expect(workerDatabase.length).toBeGreaterThan(0);
       expect(workerRedis.length).toBeGreaterThan(0);
+      // Redis spans name keys, not values: Bull's scripts, which take a job's data as arguments, included.
+      const scripts = [...apiRedis, ...workerRedis].filter((span) => span.name === 'evalsha');
+      expect(scripts.length).toBeGreaterThan(0);
+      for (const script of scripts) expect(script.attributes['db.query.text']).not.toContain('historyItemId');
       // Database and Redis calls hang under the job's spans, never on their own.
       const spanIds = new Set(sut().map((span) => span.spanId));
       for (const call of [...workerDatabase, ...workerRedis]) expect(spanIds.has(call.parentSpanId!)).toBe(true);
