@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { Server } from 'node:http';
 import { type BeforeApplicationShutdown, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
@@ -10,6 +11,12 @@ import { AppConfig } from '../config/config.js';
 @Injectable()
 export class Draining {
   private readonly controller = new AbortController();
+
+  constructor() {
+    // Every open event stream and held request listens, each until it is answered: a busy replica has thousands,
+    // which are not the leak Node's warning past 10 listeners suspects.
+    setMaxListeners(0, this.controller.signal);
+  }
 
   get signal(): AbortSignal {
     return this.controller.signal;

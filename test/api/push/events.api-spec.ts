@@ -137,6 +137,26 @@ describe('push: event streams, Prefer: wait and cancel', () => {
     }, 60_000);
   });
 
+  describe('many at once', () => {
+    it('holds a dozen streams and a dozen waiting requests with no warning of a listener leak', async () => {
+      const id = await submit(apiA.baseUrl, user.key, await uniqueImage());
+      const streams = await Promise.all(
+        Array.from({ length: 12 }, () => openStream(`${apiA.baseUrl}/user/events`, user.key)),
+      );
+      try {
+        const client = new Client(apiA.baseUrl, user.key);
+        const waits = await Promise.all(Array.from({ length: 12 }, () => client.get(id, 1)));
+        expect(waits.map((answer) => answer.body.status)).toEqual(Array(12).fill('pending'));
+        expect(streams.map((stream) => stream.status)).toEqual(Array(12).fill(200));
+        await waitUntil(() => streams.every((stream) => stream.comments > 0), 'a heartbeat on every stream');
+        expect(apiA.output()).not.toContain('MaxListenersExceededWarning');
+      } finally {
+        for (const stream of streams) stream.close();
+        await world.queue.getJob(id).then((job) => job?.remove());
+      }
+    }, 30_000);
+  });
+
   describe('Prefer: wait', () => {
     it('on the item GET, answers as soon as the job ends, with Preference-Applied', async () => {
       const id = await submit(apiA.baseUrl, user.key, await uniqueImage());
