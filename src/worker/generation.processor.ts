@@ -71,6 +71,14 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   async run(delivery: Delivery): Promise<void> {
     const id = delivery.historyItemId;
     const item = await this.items.findJob(id);
+    if (!item) {
+      // Deleting an item drops its queued job, so this is a deletion racing the job's start, or jobs of another
+      // database: a deployment sharing this Redis and prefix takes this one's jobs, which the reconciler re-queues.
+      this.logger.warn(
+        { id },
+        "a job for an item this database does not have: deleted as it started, or another deployment's (REDIS_PREFIX)",
+      );
+    }
     if (item?.status !== 'pending') return this.lifecycle.removeLeftovers(id, item);
     // A later attempt's wait includes its backoff, which says nothing about the queue.
     if (delivery.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - delivery.queuedAt) / 1000);

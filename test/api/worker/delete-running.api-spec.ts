@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Client } from '../../support/client.js';
 import {
   cogEngine,
@@ -89,4 +90,21 @@ describe('deleting an item while its job runs', () => {
     const survivor = (await getItem(api.baseUrl, key, runningId)).body;
     expect(survivor.status).toBe('complete');
   }, 60_000);
+
+  it('drops a job for an item the database does not have, and the log says why it may have come', async () => {
+    // What a worker gets from a deployment whose processes share this Redis and REDIS_PREFIX by mistake.
+    const { fake, queue, workers } = block;
+    const foreign = randomUUID();
+    const modelCalls = fake.requests.length;
+    await queue.add('generate', { historyItemId: foreign }, { jobId: foreign });
+    await jobSettled(queue, foreign);
+
+    expect(fake.requests).toHaveLength(modelCalls);
+    const logged = workers[0]
+      .output()
+      .split('\n')
+      .filter((line) => line.includes(foreign) && line.includes('REDIS_PREFIX'));
+    expect(logged).toHaveLength(1);
+    expect(JSON.parse(logged[0])).toMatchObject({ level: 40, id: foreign });
+  }, 30_000);
 });
