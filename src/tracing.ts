@@ -22,13 +22,20 @@ function isProbe(request: IncomingMessage): boolean {
 /**
  * A Redis command as its span shows it: OpenTelemetry's default, which keeps keys and drops values, but for scripts,
  * whose arguments it keeps whole. Bull's scripts take a job's data, options and result as arguments: their spans name
- * the script and its keys only.
+ * the script (by its sha; an EVAL's first argument is the script's whole source) and its keys only.
  */
-function redisStatement(command: string, args: CommandArgs): string {
-  if (!/^eval(sha)?$/i.test(command)) return defaultDbStatementSerializer(command, args);
-  const kept = 2 + Number(args[1] ?? 0);
-  const rest = args.length > kept ? [`[${args.length - kept} other arguments]`] : [];
-  return [command, ...args.slice(0, kept), ...rest].join(' ');
+export function redisStatement(command: string, args: CommandArgs): string {
+  const script = /^eval(sha)?$/i.exec(command);
+  if (!script) return defaultDbStatementSerializer(command, args);
+  const keys = args.slice(2, 2 + Number(args[1] ?? 0));
+  const rest = args.length - 2 - keys.length;
+  return [
+    command,
+    ...(script[1] ? [args[0]] : []),
+    args[1],
+    ...keys,
+    ...(rest > 0 ? [`[${rest} other arguments]`] : []),
+  ].join(' ');
 }
 
 /**
@@ -48,8 +55,8 @@ export function startTracing(settings: TracingSettings): void {
     instrumentations: [
       new HttpInstrumentation({ ignoreIncomingRequestHook: isProbe }),
       // Express's part is the route: it names the HTTP span (`GET /user/generation-history/:id`, `http.route`). Its
-      // spans would only repeat that one: the route's handler runs the whole request but for three anonymous
-      // middleware (request id, metrics, headers), and a span of its own is a fifth of what a traced read costs.
+      // spans would only repeat that one, at a cost on every request: the route's handler runs the whole request but
+      // for three anonymous middleware (request id, metrics, headers).
       new ExpressInstrumentation({
         ignoreLayersType: [ExpressLayerType.MIDDLEWARE, ExpressLayerType.ROUTER, ExpressLayerType.REQUEST_HANDLER],
       }),
