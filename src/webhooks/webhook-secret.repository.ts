@@ -17,13 +17,13 @@ export class WebhookSecretRepository {
              SELECT secret FROM made UNION ALL SELECT secret FROM webhook_secrets WHERE user_id = $1 LIMIT 1`,
       values: [userId, secretIfNew],
     };
-    const [row] = await this.db.query<Pick<WebhookSecret, 'secret'>>(statement);
-    if (row) return row.secret;
-    // Another session made the secret while this statement ran: the insert waited for it and did nothing, and the
-    // statement's snapshot, taken before that commit, does not show the row. The same statement again sees it.
-    const [made] = await this.db.query<Pick<WebhookSecret, 'secret'>>(statement);
-    if (!made) throw new Error(`no webhook secret could be made for user ${userId}`);
-    return made.secret;
+    // A second run is for when another session made the secret while the first ran: its insert waited for that row
+    // and did nothing, and its snapshot, taken before that commit, does not show the row. The next statement sees it.
+    for (let run = 0; run < 2; run++) {
+      const [row] = await this.db.query<Pick<WebhookSecret, 'secret'>>(statement);
+      if (row) return row.secret;
+    }
+    throw new Error(`no webhook secret could be made for user ${userId}`);
   }
 
   /** Makes `secret` the user's; the one it replaces keeps signing for `previousHours`. */
