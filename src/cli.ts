@@ -7,6 +7,7 @@ import { type RemovalPlan, type Removed, UserRemoval } from './admin/user-remova
 import { ApiKeyService } from './auth/api-key.service.js';
 import { ApiKeysModule } from './auth/auth.module.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
+import { count } from './common/count.js';
 import { DrainingModule } from './common/draining.module.js';
 import { ConfigModule } from './config/config.module.js';
 import { DatabaseModule } from './database/database.module.js';
@@ -143,10 +144,6 @@ function describeRemoved(removed: Removed): string {
     `${count(removed.items, 'history item')} (${removed.canceled} pending, canceled first) and their files, ` +
     `${count(removed.redisKeys, 'Redis key')}`
   );
-}
-
-function count(n: number, noun: string): string {
-  return `${n} ${noun}${n === 1 ? '' : 's'}`;
 }
 
 main(process.argv.slice(2)).then(

@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { Inject, Injectable } from '@nestjs/common';
 import type { Request, Response } from 'express';
+import { count } from '../common/count.js';
 import { DomainError } from '../common/problem.js';
 import { inputKeysOf, type StoredInput } from '../jobs/history-item.entity.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
@@ -103,7 +104,7 @@ export class GenerationService {
     if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, maxPending))) {
       throw new DomainError(
         'too_many_pending',
-        `At most ${maxPending} jobs may be pending at once; wait for some to finish.`,
+        `At most ${count(maxPending, 'job')} may be pending at once; wait for some to finish.`,
         { headers: { 'Retry-After': PENDING_RETRY_AFTER_SECONDS } },
       );
     }

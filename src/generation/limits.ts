@@ -1,6 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
+import { count } from '../common/count.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { REDIS } from '../redis/redis.module.js';
@@ -161,7 +162,7 @@ function room(limit: number, current: number, previous: number, elapsedMs: numbe
 
 function refuse(limit: number, current: number, previous: number, elapsedMs: number): never {
   const retryAfter = secondsUntilFree(limit, current, previous, elapsedMs);
-  throw new DomainError('rate_limited', `At most ${limit} job creations a minute; retry in ${retryAfter} s.`, {
+  throw new DomainError('rate_limited', `At most ${count(limit, 'job creation')} a minute; retry in ${retryAfter} s.`, {
     headers: { 'Retry-After': String(retryAfter) },
   });
 }

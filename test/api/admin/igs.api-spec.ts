@@ -133,7 +133,7 @@ describe('igs', () => {
 
       const refused = await submitUntil(key, (answer) => answer.status === 429);
       expect(refused).toMatchObject({ status: 429, problem: { code: 'too_many_pending' } });
-      expect(refused.problem?.detail).toContain('At most 1 jobs');
+      expect(refused.problem?.detail).toBe('At most 1 job may be pending at once; wait for some to finish.');
       expect((await userLine('limited')).slice(4)).toEqual(['1', '1000 (default)']);
 
       expect((await sut('limits', 'reset', '--user', 'limited')).code).toBe(0);
@@ -163,7 +163,13 @@ describe('igs', () => {
       expect((await sut('limits', 'set', '--user', 'slow', '--per-minute', '1')).code).toBe(0);
 
       expect((await submit(key)).status).toBe(202);
-      expect(await submit(key)).toMatchObject({ status: 429, problem: { code: 'rate_limited' } });
+      expect(await submit(key)).toMatchObject({
+        status: 429,
+        problem: {
+          code: 'rate_limited',
+          detail: expect.stringMatching(/^At most 1 job creation a minute; retry in \d+ s\.$/),
+        },
+      });
     },
     CLI_TIMEOUT_MS,
   );
