@@ -38,8 +38,8 @@ const DURATION_MS = 6_000;
 /** Off and before differ by a few percent at most: three rounds each keep one slow round from deciding. */
 const ROUNDS = 3;
 /**
- * A creation writes two files, and the same side's rounds swing by a third with the file system's state (files the
- * sweep deleted moments before): five rounds give each side its quiet one.
+ * The same side's creation rounds swing by up to a third on this machine, with the data on disk or on tmpfs alike:
+ * five rounds give each side its quiet one.
  */
 const CREATE_ROUNDS = 5;
 const PATH = '/generation/generate_image_v2/';
