@@ -167,6 +167,26 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     await fake.waitFor((f) => f.prompts[0].state === 'interrupted', 'the prompt to stop');
   });
 
+  it('runs a new prompt on the attempt after one that timed out, not the stopped prompt again', async () => {
+    fake.switches.stepMs = 200;
+    fake.switches.steps = 20;
+    const sut = server.engineFor(route());
+    const job = await request();
+    const deadline = new AbortController();
+    const timedOut = sut.generate({ ...job, signal: deadline.signal });
+    await fake.waitFor((f) => f.progressSent.length > 0, 'the sampler to start');
+    deadline.abort(new DOMException('The engine did not answer in time.', 'TimeoutError'));
+    await failure(timedOut);
+    await fake.waitFor((f) => f.prompts[0].state === 'interrupted', 'the prompt to stop');
+    fake.switches.stepMs = 1;
+
+    const meta = await decoded(await sut.generate(job));
+
+    expect(meta.format).toBe('png');
+    expect(fake.prompts.map(({ state }) => state)).toEqual(['interrupted', 'success']);
+    expect(fake.prompts[1].promptId).not.toBe(fake.prompts[0].promptId);
+  });
+
   it("fails the job with the node's class, id and message when ComfyUI refuses the prompt", async () => {
     fake.switches.nodeError = {
       node: '1',

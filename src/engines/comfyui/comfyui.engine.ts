@@ -35,8 +35,8 @@ const POLL_ENDING_MS = 100;
 const LOOKUP_FAILURES_ALLOWED = 5;
 /** The cancel's requests together: a canceled job frees the GPU within a second. */
 const CANCEL_TIMEOUT_MS = 900;
-/** Prompts of one job started from scratch: the first, and one more after a server restart lost it. */
-const RUNS_ALLOWED = 2;
+/** Prompts a server restart may lose in one attempt of a job, each queued again from scratch. */
+const LOSSES_ALLOWED = 1;
 /** `GET /object_info` describes every node class the server has; with many custom nodes it is large. */
 const OBJECT_INFO_MAX_BYTES = 64 * 1024 * 1024;
 /** `GET /queue` carries every queued prompt in full. */
@@ -53,6 +53,12 @@ export interface ComfyConnection {
 interface HistoryEntry {
   outputs?: Record<string, { images?: { filename?: unknown; subfolder?: unknown; type?: unknown }[] }>;
   status?: { status_str?: unknown; completed?: unknown; messages?: [string, Record<string, unknown>][] };
+}
+
+/** The job's prompt of this attempt: its run number, and its id once one is sent. */
+interface Active {
+  run: number;
+  promptId?: string;
 }
 
 /** Where a prompt is on the server: queued or running, finished (with its history), or gone (a restart lost it). */
@@ -107,33 +113,44 @@ export class ComfyEngine implements Engine {
     );
   }
 
-  /** The output image's bytes: from the prompt an earlier attempt queued, or from a new one. */
+  /**
+   * The output image's bytes: from the prompt an earlier attempt queued, or from a new one. A prompt stopped here (the
+   * job ended, timed out, or its worker shuts down) is recorded as such, so that the job's next attempt, if any, queues
+   * the next run under an id of its own instead of finding the stopped prompt's history.
+   */
   private async run(request: EngineRequest): Promise<Buffer> {
     const { signal } = request;
-    const active: { promptId?: string } = {};
+    const active: Active = { run: 1 };
     try {
-      let run = 1;
+      let lost = 0;
       const recorded = decodeRun(await request.runs?.recall());
-      if (recorded) {
+      if (recorded?.state === 'stopped') {
+        active.run = recorded.run + 1;
+      } else if (recorded) {
         await request.slot?.take();
         const resumed = await this.resume(recorded, request, active);
         if (resumed.kind === 'finished') return await this.outputOnceDone(resumed.entry, request);
-        run = resumed.run;
+        // A prompt the server confirmed and then lost went with a restart; one never confirmed is sent again as it was.
+        if (recorded.state === 'queued') {
+          lost++;
+          active.run = recorded.run + 1;
+        }
       }
-      for (; ; run++) {
-        if (run > RUNS_ALLOWED) {
+      for (; ; active.run++) {
+        const outcome = await this.queueAndFollow(request, active);
+        if (outcome.kind === 'finished') return await this.outputOnceDone(outcome.entry, request);
+        if (++lost > LOSSES_ALLOWED) {
           throw engineFailed(
-            `ComfyUI lost the job's prompt ${RUNS_ALLOWED} times (the server restarted while it ran)`,
-            'The ComfyUI server restarted while the job ran, twice.',
+            `ComfyUI lost the job's prompt ${lost} times (the server restarted while it ran)`,
+            `The ComfyUI server restarted ${lost} times while the job ran.`,
           );
         }
-        const outcome = await this.queueAndFollow(run, request, active);
-        if (outcome.kind === 'finished') return await this.outputOnceDone(outcome.entry, request);
       }
     } catch (error) {
       if (signal?.aborted && active.promptId) {
         await this.cancel(active.promptId);
-        await request.runs?.forget().catch(() => undefined);
+        const stopped = encodeRun({ promptId: active.promptId, run: active.run, state: 'stopped' });
+        await request.runs?.remember(stopped).catch(() => undefined);
       }
       throw error;
     }
@@ -145,33 +162,29 @@ export class ComfyEngine implements Engine {
     return this.output(entry, request.signal);
   }
 
-  /**
-   * An earlier attempt's prompt: followed if queued or running, read if finished. If the server has no trace of it,
-   * the next run is the same one again when it was never confirmed queued, else the next one (the server restarted).
-   */
+  /** An earlier attempt's prompt, queued or being sent: followed if queued or running, read if finished. */
   private async resume(
     recorded: RecordedRun,
     request: EngineRequest,
-    active: { promptId?: string },
-  ): Promise<{ kind: 'finished'; entry: HistoryEntry } | { kind: 'again'; run: number }> {
+    active: Active,
+  ): Promise<{ kind: 'finished'; entry: HistoryEntry } | { kind: 'gone' }> {
     active.promptId = recorded.promptId;
-    const found = await this.follow(this.server.socket.watch(recorded.promptId), request, false);
-    if (found.kind === 'finished') return found;
-    return { kind: 'again', run: recorded.queued ? recorded.run + 1 : recorded.run };
+    active.run = recorded.run;
+    return this.follow(this.server.socket.watch(recorded.promptId), request, false);
   }
 
   private async queueAndFollow(
-    run: number,
     request: EngineRequest,
-    active: { promptId?: string },
+    active: Active,
   ): Promise<{ kind: 'finished'; entry: HistoryEntry } | { kind: 'gone' }> {
     const { http, socket } = this.server;
+    const { run } = active;
     const uploads = await this.upload(request);
     // The inputs are on the server: the job takes its turn on the GPU to queue them.
     await request.slot?.take();
     const prompt = buildPrompt(this.route, request.jobId, uploads, request.texts);
     const promptId = promptIdFor(request.jobId, run);
-    await request.runs?.remember(encodeRun({ promptId, run, queued: false }));
+    await request.runs?.remember(encodeRun({ promptId, run, state: 'sending' }));
     active.promptId = promptId;
     // Messages go to the client id the prompt was queued with: the socket must be open first not to miss any.
     await abortable(socket.ready(SOCKET_WAIT_MS), request.signal);
@@ -198,7 +211,7 @@ export class ComfyEngine implements Engine {
         watch = socket.watch(queued);
       }
       active.promptId = queued;
-      await request.runs?.remember(encodeRun({ promptId: queued, run, queued: true }));
+      await request.runs?.remember(encodeRun({ promptId: queued, run, state: 'queued' }));
       const found = await this.follow(watch, request, true);
       return found.kind === 'finished' ? found : { kind: 'gone' };
     } finally {

@@ -16,9 +16,10 @@ describe('comfyui workflow helpers', () => {
   });
 
   it('reads back the run record it wrote, and ignores one it did not', () => {
-    const run = { promptId: promptIdFor('job-1', 2), run: 2, queued: true };
-
-    expect(decodeRun(encodeRun(run))).toEqual(run);
+    for (const state of ['sending', 'queued', 'stopped'] as const) {
+      const run = { promptId: promptIdFor('job-1', 2), run: 2, state };
+      expect(decodeRun(encodeRun(run))).toEqual(run);
+    }
     expect(decodeRun('r8_abc123')).toBeUndefined();
     expect(decodeRun(undefined)).toBeUndefined();
   });

@@ -61,25 +61,26 @@ export function promptIdFor(jobId: string, run: number): string {
 }
 
 /**
- * The job's prompt as the run record keeps it. `queued` false: the id was recorded before `POST /prompt` answered, so
- * a prompt missing from the server may simply never have arrived. `run` counts prompts of the job started from
- * scratch: the second is the one retry a server restart allows.
+ * The job's prompt as the run record keeps it. `run` numbers the job's prompts, and with the job id makes each one's
+ * id. `sending`: the id was recorded before `POST /prompt` answered, so a prompt missing from the server may simply
+ * never have arrived. `queued`: the server took it. `stopped`: the job's worker stopped it (a timeout, a shutdown),
+ * so another attempt queues the next run: the server keeps the stopped one's history under its id.
  */
 export interface RecordedRun {
   promptId: string;
   run: number;
-  queued: boolean;
+  state: 'sending' | 'queued' | 'stopped';
 }
 
-export function encodeRun({ promptId, run, queued }: RecordedRun): string {
-  return `${queued ? 'queued' : 'sending'}:${run}:${promptId}`;
+export function encodeRun({ promptId, run, state }: RecordedRun): string {
+  return `${state}:${run}:${promptId}`;
 }
 
 /** Undefined for anything this kind did not write (the record is then ignored and the job starts afresh). */
 export function decodeRun(text: string | undefined): RecordedRun | undefined {
-  const match = /^(queued|sending):(\d+):([0-9a-zA-Z-]{1,100})$/.exec(text ?? '');
+  const match = /^(queued|sending|stopped):(\d+):([0-9a-zA-Z-]{1,100})$/.exec(text ?? '');
   if (!match) return undefined;
-  return { queued: match[1] === 'queued', run: Number(match[2]), promptId: match[3] };
+  return { state: match[1] as RecordedRun['state'], run: Number(match[2]), promptId: match[3] };
 }
 
 /** One entry of `node_errors` in ComfyUI's 400 answer to `POST /prompt`. */
