@@ -140,7 +140,17 @@ routes:
     [
       'a timeout that is not a duration',
       `${COMFY_ENGINE}    timeout: 10 minutes\n`,
-      'engines.comfy.timeout: must be a duration such as 30s, 10m or 2h',
+      'engines.comfy.timeout: must be a duration above zero, such as 30s, 10m or 2h',
+    ],
+    [
+      'a timeout of zero, which would end every job before it reached the model',
+      `${COMFY_ENGINE}    timeout: 0s\n`,
+      'engines.comfy.timeout: must be a duration above zero, such as 30s, 10m or 2h',
+    ],
+    [
+      'a timeout without its unit',
+      `${COMFY_ENGINE}    timeout: 90\n`,
+      'engines.comfy.timeout: must be a duration above zero, such as 30s, 10m or 2h',
     ],
     ['a concurrency of 0', `${COMFY_ENGINE}    concurrency: 0\n`, 'engines.comfy.concurrency: must be >= 1'],
     [
@@ -152,6 +162,11 @@ routes:
       'an unknown tool',
       `${COMFY_ENGINE}routes:\n  tryon:\n    engine: comfy\n`,
       'routes.tryon: routes are named "tool" or "tool/generation_type"; there is no tool "tryon"',
+    ],
+    [
+      'a route key with two slashes',
+      `${COMFY_ENGINE}routes:\n  furniture/furniture_placement/x:\n    engine: comfy\n`,
+      'routes.furniture/furniture_placement/x: routes are named "tool" or "tool/generation_type", with one slash at most',
     ],
     [
       'an unknown generation type',
@@ -219,6 +234,31 @@ routes:
       'routes.default.inputs.prompt.input: node "6" (CLIPTextEncode) in workflows/try-on.json has no input "txt" (inputs: text, clip)',
     ],
     [
+      'an image input on a loader input that does not exist, which would leave the workflow\'s own image in place',
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      image: { node: "11", input: imagee }\n    output: { node: "15" }\n`,
+      'routes.default.inputs.image.input: node "11" (LoadImage) in workflows/try-on.json has no input "imagee" (inputs: image)',
+    ],
+    [
+      'two inputs into one node input, which would leave one of them unused',
+      `${COMFY_ENGINE}routes:\n  fashion_swap:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      person: { node: "11" }\n      clothes: { node: 11 }\n    output: { node: "15" }\n`,
+      'routes.fashion_swap.inputs.clothes: node "11" input "image" is already set by routes.fashion_swap.inputs.person',
+    ],
+    [
+      'a text input and the seed into one node input',
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      image: { node: "11" }\n      prompt: { node: "3", input: seed }\n    output: { node: "15" }\n    seed: { node: "3", input: seed }\n`,
+      'routes.default.seed: node "3" input "seed" is already set by routes.default.inputs.prompt',
+    ],
+    [
+      'two inputs under one model name',
+      'engines:\n  r:\n    kind: replicate\n    token: t\nroutes:\n  fabric:\n    engine: r\n    model: a/b\n    inputs: { target: image, fabric: image }\n',
+      'routes.fabric.inputs.fabric: the model\'s input "image" is already given by routes.fabric.inputs.target',
+    ],
+    [
+      'a param under the name of a mapped input',
+      'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: img }\n    params: { img: x.png }\n',
+      'routes.default.params.img: the model\'s input "img" is already given by routes.default.inputs.image',
+    ],
+    [
       'an output node that does not exist',
       `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs: { image: { node: "11" } }\n    output: { node: "99" }\n`,
       'routes.default.output.node: node "99" is not in workflows/try-on.json',
@@ -256,6 +296,32 @@ routes:
     );
 
     expect(problemsOf({ ENGINES_FILE: path })).toHaveLength(3);
+  });
+
+  it('checks the routes to an engine refused for a problem of its own, and names it among the engines', () => {
+    const path = routingFile(
+      'engines:\n  vton:\n    kind: cog\n    url: http://h\n    concurency: 2\nroutes:\n  default:\n    engine: vton\n    inputs: { image: img }\n    parms: {}\n  fabric:\n    engine: vtonn\n    inputs: { target: t, fabric: f }\n',
+    );
+
+    expect(problemsOf({ ENGINES_FILE: path })).toEqual([
+      `ENGINES_FILE ${path}: engines.vton.concurency: unknown key (allowed: kind, concurrency, timeout, headers, url)`,
+      `ENGINES_FILE ${path}: routes.default.parms: unknown key (allowed: engine, describe, inputs, params)`,
+      `ENGINES_FILE ${path}: routes.fabric.engine: there is no engine "vtonn" under engines (engines: vton)`,
+    ]);
+  });
+
+  it('takes YAML merge keys, as operators write them in other deployment files', () => {
+    const path = routingFile(
+      'engines:\n  base: &gpu\n    kind: cog\n    url: http://base\n    timeout: 2m\n  vton:\n    <<: *gpu\n    url: http://h\nroutes: {}\n',
+    );
+
+    const sut = new AppConfig({ ENGINES_FILE: path });
+
+    expect(sut.engineRouting.servers.find((server) => server.name === 'vton')).toMatchObject({
+      kind: 'cog',
+      url: 'http://h',
+      timeoutMs: 120_000,
+    });
   });
 
   it('refuses a tool routed by the file and by ENGINE_<TOOL> at once', () => {

@@ -21,7 +21,11 @@ const REPLICATE_BASE_URL = 'https://api.replicate.com/v1';
 /** ComfyUI's core node classes that load an uploaded image by file name into `inputs.image`. */
 const IMAGE_LOADERS = new Set(['LoadImage', 'LoadImageMask']);
 
-const DURATION = { type: 'string', pattern: '^\\d+(ms|s|m|h|d)$', description: 'a duration such as 30s, 10m or 2h' };
+const DURATION = {
+  type: 'string',
+  pattern: '^0*[1-9]\\d*(ms|s|m|h|d)$',
+  description: 'a duration above zero, such as 30s, 10m or 2h',
+};
 const STRING_MAP = { type: 'object', additionalProperties: { type: 'string' } };
 const NODE_ID = { type: ['string', 'integer'], description: 'a node id of the workflow, such as "11"' };
 const NODE_INPUT = {
@@ -127,6 +131,8 @@ export function readEnginesFile(path: string, env: NodeJS.ProcessEnv): { file: E
 class EnginesFileReader {
   private readonly problems: string[] = [];
   private readonly servers = new Map<string, EngineServerSetting>();
+  /** The kind of each engine refused for a problem of its own: its routes are still checked, against that kind. */
+  private readonly refused = new Map<string, EngineServerSetting['kind']>();
   private readonly routes: RouteSetting[] = [];
 
   constructor(
@@ -154,7 +160,8 @@ class EnginesFileReader {
       this.problems.push(`cannot be read (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
       return undefined;
     }
-    const document = parseDocument(text, { uniqueKeys: true });
+    // Merge keys (`<<: *vton`) as operators write them in other deployment files; YAML 1.2 leaves them out.
+    const document = parseDocument(text, { uniqueKeys: true, merge: true });
     if (document.errors.length > 0) {
       for (const error of document.errors) this.problems.push(`is not valid YAML: ${error.message.split('\n')[0]}`);
       return undefined;
@@ -175,7 +182,10 @@ class EnginesFileReader {
       return;
     }
     const server = this.substitute(raw, at);
-    if (!this.check(`server:${kind}`, server, at)) return;
+    if (!this.check(`server:${kind}`, server, at)) {
+      this.refused.set(name, kind);
+      return;
+    }
     const common = {
       name,
       concurrency: (server.concurrency as number | undefined) ?? DEFAULT_CONCURRENCY,
@@ -194,7 +204,11 @@ class EnginesFileReader {
     const at = `routes.${key}`;
     const [toolId, generationType, ...rest] = key.split('/');
     const tool = findTool(toolId);
-    if (!tool || rest.length > 0) {
+    if (rest.length > 0) {
+      this.problems.push(`${at}: routes are named "tool" or "tool/generation_type", with one slash at most`);
+      return;
+    }
+    if (!tool) {
       const tools = CATALOG.map((t) => t.id).join(', ');
       this.problems.push(
         `${at}: routes are named "tool" or "tool/generation_type"; there is no tool "${toolId}" (tools: ${tools})`,
@@ -207,28 +221,33 @@ class EnginesFileReader {
       return;
     }
     const engine = raw.engine;
-    const server = typeof engine === 'string' ? this.servers.get(engine) : undefined;
-    if (!server) {
-      if (typeof engine !== 'string') this.problems.push(`${at}.engine: must be the name of an engine under engines`);
-      // An engine refused above is not reported again as unknown.
-      else if (!this.problems.some((problem) => problem.startsWith(`engines.${engine}`))) {
-        const names = [...this.servers.keys()].join(', ') || 'none';
+    if (typeof engine !== 'string') {
+      this.problems.push(`${at}.engine: must be the name of an engine under engines`);
+      return;
+    }
+    // A route to an engine refused for a problem of its own is still checked, so that one run shows every problem.
+    const kind = this.servers.get(engine)?.kind ?? this.refused.get(engine);
+    if (!kind) {
+      // An engine of an unknown kind, refused above, is not reported again as unknown.
+      if (!this.problems.some((problem) => problem.startsWith(`engines.${engine}.`))) {
+        const names = [...this.servers.keys(), ...this.refused.keys()].join(', ') || 'none';
         this.problems.push(`${at}.engine: there is no engine "${engine}" under engines (engines: ${names})`);
       }
       return;
     }
-    if (!this.check(`route:${server.kind}`, raw, at)) return;
+    if (!this.check(`route:${kind}`, raw, at)) return;
     const base = {
       key,
       tool: tool.id,
       generationType,
-      engine: server.name,
+      engine,
       describe: this.describe(tool, raw.describe as Record<string, string> | undefined, `${at}.describe`),
     };
     const inputs = raw.inputs as Record<string, unknown>;
     this.checkInputNames(tool, inputs, `${at}.inputs`);
-    switch (server.kind) {
+    switch (kind) {
       case 'cog': {
+        this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
         const route: CogRoute = {
           ...base,
           kind: 'cog',
@@ -244,6 +263,7 @@ class EnginesFileReader {
           this.problems.push(`${at}: set either model (owner/name) or version (64 hex digits), not both or neither`);
           return;
         }
+        this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
         const route: ReplicateRoute = {
           ...base,
           kind: 'replicate',
@@ -292,7 +312,9 @@ class EnginesFileReader {
           );
           continue;
         }
-        inputs[name] = { node, input: mapping.input ?? 'image' };
+        const loaderInput = mapping.input ?? 'image';
+        if (!this.nodeHasInput(workflow, node, loaderInput, `${where}.input`, workflowFile)) continue;
+        inputs[name] = { node, input: loaderInput };
       } else {
         if (mapping.input === undefined) {
           this.problems.push(`${where}.input: a text input needs the node input it sets, such as "text"`);
@@ -310,6 +332,18 @@ class EnginesFileReader {
       const node = String(seedNode);
       if (!workflow[node]) this.problems.push(`${at}.seed.node: node "${node}" is not in ${workflowFile}`);
       else if (this.nodeHasInput(workflow, node, input, `${at}.seed.input`, workflowFile)) seed = { node, input };
+    }
+    // Two values set into one node input: the last would win and the other would never reach the model.
+    const filled = new Map<string, string>();
+    const targets = [
+      ...Object.entries(inputs).map(([name, target]) => [`${at}.inputs.${name}`, target] as const),
+      ...(seed ? [[`${at}.seed`, seed] as const] : []),
+    ];
+    for (const [where, { node, input }] of targets) {
+      const slot = `${node}\0${input}`;
+      const first = filled.get(slot);
+      if (first) this.problems.push(`${where}: node "${node}" input "${input}" is already set by ${first}`);
+      else filled.set(slot, where);
     }
     return { ...base, kind: 'comfyui', workflowFile, workflow, inputs, output: { node: outputNode }, seed };
   }
@@ -354,6 +388,23 @@ class EnginesFileReader {
       return undefined;
     }
     return parsed as ComfyWorkflow;
+  }
+
+  /**
+   * Each of the model's inputs given once, by one tool input or one param: two values under one name would reach the
+   * model as one, and the other input would be dropped without a word.
+   */
+  private checkModelNames(inputs: InputNames, params: Json | undefined, at: string): void {
+    const given = new Map<string, string>();
+    for (const [name, modelName] of Object.entries(inputs)) {
+      const first = given.get(modelName);
+      if (first) this.problems.push(`${at}.inputs.${name}: the model's input "${modelName}" is already given by ${first}`);
+      else given.set(modelName, `${at}.inputs.${name}`);
+    }
+    for (const name of Object.keys(params ?? {})) {
+      const first = given.get(name);
+      if (first) this.problems.push(`${at}.params.${name}: the model's input "${name}" is already given by ${first}`);
+    }
   }
 
   /** Input names that are the tool's, and every required input of the tool mapped. */
@@ -437,8 +488,10 @@ function describeError(error: ErrorObject, at: string): string {
     }
     case 'required':
       return `${join(path, String(params.missingProperty))}: is required`;
-    case 'type':
-      return `${path}: must be ${article(String(params.type))}`;
+    case 'type': {
+      const description = (error.parentSchema as { description?: string } | undefined)?.description;
+      return `${path}: must be ${description ?? article(String(params.type))}`;
+    }
     case 'enum':
       return `${path}: must be one of ${(params.allowedValues as unknown[]).join(', ')}`;
     default: {
