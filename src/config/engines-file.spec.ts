@@ -234,7 +234,7 @@ routes:
       'routes.default.inputs.prompt.input: node "6" (CLIPTextEncode) in workflows/try-on.json has no input "txt" (inputs: text, clip)',
     ],
     [
-      'an image input on a loader input that does not exist, which would leave the workflow\'s own image in place',
+      "an image input on a loader input that does not exist, which would leave the workflow's own image in place",
       `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      image: { node: "11", input: imagee }\n    output: { node: "15" }\n`,
       'routes.default.inputs.image.input: node "11" (LoadImage) in workflows/try-on.json has no input "imagee" (inputs: image)',
     ],

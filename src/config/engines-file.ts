@@ -398,7 +398,8 @@ class EnginesFileReader {
     const given = new Map<string, string>();
     for (const [name, modelName] of Object.entries(inputs)) {
       const first = given.get(modelName);
-      if (first) this.problems.push(`${at}.inputs.${name}: the model's input "${modelName}" is already given by ${first}`);
+      if (first)
+        this.problems.push(`${at}.inputs.${name}: the model's input "${modelName}" is already given by ${first}`);
       else given.set(modelName, `${at}.inputs.${name}`);
     }
     for (const name of Object.keys(params ?? {})) {
