@@ -59,7 +59,8 @@ export function webhookUrlProblem(raw: string, policy: WebhookUrlPolicy): string
   if (!schemes.includes(url.protocol)) return `must be an ${schemes.map((s) => s.slice(0, -1)).join(' or ')} URL`;
   if (url.username || url.password) return 'must not carry credentials';
   if (policy.allowPrivateNetworks) return undefined;
-  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  // A fully qualified name's trailing dot names the same host: `localhost.` is `localhost`.
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1').replace(/\.$/, '');
   if (host === 'localhost' || host.endsWith('.localhost') || (isIP(host) !== 0 && isPrivateAddress(host))) {
     return 'must not name a loopback, private or link-local address';
   }

@@ -4,16 +4,27 @@ import { DomainError } from './problem.js';
 /** The longest `Prefer: wait` a request may ask for, in seconds. */
 export const MAX_WAIT_SECONDS = 60;
 
+/** Splits at `separator` where it is not inside a quoted string. */
+function splitOutsideQuotes(text: string, separator: ',' | ';'): string[] {
+  return text.split(new RegExp(`${separator}(?=(?:[^"]*"[^"]*")*[^"]*$)`));
+}
+
 /**
  * The `wait` preference of a request's `Prefer` headers (RFC 7240), in seconds; undefined when there is none. Other
- * preferences (a mock's `code=` or `example=`, `respond-async`) are not this service's and are ignored.
+ * preferences (a mock's `code=` or `example=`, `respond-async`) are not this service's and are ignored, as are a
+ * preference's parameters (`wait=5; x`); its value may be quoted (`wait="5"`).
  */
 export function preferredWait(header: string | string[] | undefined): number | undefined {
   const values = Array.isArray(header) ? header : header === undefined ? [] : [header];
-  for (const preference of values.flatMap((value) => value.split(','))) {
-    const [name, value] = preference.split('=', 2).map((part) => part.trim());
+  for (const preference of values.flatMap((value) => splitOutsideQuotes(value, ','))) {
+    const [nameAndValue] = splitOutsideQuotes(preference, ';');
+    const equals = nameAndValue.indexOf('=');
+    const name = (equals < 0 ? nameAndValue : nameAndValue.slice(0, equals)).trim();
     if (name.toLowerCase() !== 'wait') continue;
-    const seconds = /^\d{1,2}$/.test(value ?? '') ? Number(value) : NaN;
+    const value = equals < 0 ? '' : nameAndValue.slice(equals + 1).trim();
+    const unquoted = /^"(.*)"$/.exec(value)?.[1] ?? value;
+    // delta-seconds: digits only, leading zeros allowed.
+    const seconds = /^\d{1,10}$/.test(unquoted) ? Number(unquoted) : NaN;
     if (!(seconds >= 1 && seconds <= MAX_WAIT_SECONDS)) {
       const message = `wait must be a whole number of seconds from 1 to ${MAX_WAIT_SECONDS}`;
       throw new DomainError('validation_failed', `Invalid Prefer: ${message}.`, {

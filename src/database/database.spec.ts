@@ -13,6 +13,7 @@ describe('translateDatabaseError', () => {
     ['the server shutting down (57P01)', serverError('57P01')],
     ['a connection exception (08006)', serverError('08006')],
     ['too many connections (53300)', serverError('53300')],
+    ['a database that takes no connections (55000)', serverError('55000')],
     ['a refused connection', Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' })],
     ['a connection dropped mid-statement', new Error('Connection terminated unexpectedly')],
     ['a pool that could not open a connection in time', new Error('timeout exceeded when trying to connect')],

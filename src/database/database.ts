@@ -84,10 +84,11 @@ export class Database {
 }
 
 /**
- * SQLSTATE classes that mean the server cannot serve the statement now: connection exceptions (08), the server
- * shutting down or starting (57P01-57P03), too many connections (53300).
+ * SQLSTATEs that mean the server cannot serve the statement now: connection exceptions (08), the server shutting
+ * down, starting or its database dropped (57P01-57P04), too many connections (53300), a database that takes no
+ * connections for now (55000: `ALLOW_CONNECTIONS false`, as in maintenance).
  */
-const UNAVAILABLE_SQLSTATE = /^(08|57P0[1-3]$|53300$)/;
+const UNAVAILABLE_SQLSTATE = /^(08|57P0[1-4]$|53300$|55000$)/;
 
 /**
  * An error PostgreSQL answered is the statement's own, unless its SQLSTATE says the server is unavailable; any

@@ -95,7 +95,8 @@ export interface paths {
          *     **Idempotency.** Send an `Idempotency-Key` to make retries safe: a repeat with the same key by
          *     the same user within 24 hours creates nothing and returns the first answer again (same status,
          *     headers and body, including `status: pending` even if the job has finished since; poll for
-         *     the current state). While the first request with that key is still being handled: `409
+         *     the current state, or send the repeat with `Prefer: wait`, which waits as it does on a first
+         *     request). While the first request with that key is still being handled: `409
          *     idempotency_in_progress` (retry shortly). The same key with a different payload (other
          *     fields or other file contents): `422 idempotency_key_reused`. Requests without a key are
          *     never deduplicated.
@@ -1323,6 +1324,8 @@ export interface operations {
                      *     signed per the Standard Webhooks specification (see the `generationFinished` callback and
                      *     `GET /user/webhook-secret`). Plain `http`, and addresses on private, loopback or link-local
                      *     networks, only where the operator allows them. Anything else answers `422 invalid_webhook_url`.
+                     *     Kept, and shown on the item, as the URL standard writes it: an international host name in its
+                     *     ASCII form, other characters percent-encoded.
                      * @example https://app.example.com/hooks/generation
                      */
                     webhook_url?: string;

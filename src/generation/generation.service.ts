@@ -29,7 +29,7 @@ export class GenerationService {
 
   /** Validates the upload, records the job and queues it; answers what the client is to receive. */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
-    const idempotencyKey = IdempotencyKeys.validate(request.headers['idempotency-key']);
+    const idempotencyKey = IdempotencyKeys.validate(request.headersDistinct['idempotency-key']);
     await this.rateLimit.check(userId);
     const upload = await this.uploads.parse(request, response);
     let accepted: StoredResponse | undefined;

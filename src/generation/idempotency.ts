@@ -28,9 +28,11 @@ export type Claim = { kind: 'claimed'; key: string } | { kind: 'replay'; respons
 export class IdempotencyKeys {
   constructor(@Inject(REDIS) private readonly redis: Redis) {}
 
-  static validate(key: string | string[] | undefined): string | undefined {
-    if (key === undefined) return undefined;
-    if (Array.isArray(key) || key.length < 1 || key.length > 255) {
+  /** `values`: every `Idempotency-Key` header of the request (`headersDistinct`: Node joins repeated ones with ", "). */
+  static validate(values: string[] | undefined): string | undefined {
+    if (values === undefined) return undefined;
+    const [key] = values;
+    if (values.length > 1 || key.length < 1 || key.length > 255) {
       throw new DomainError('validation_failed', 'Idempotency-Key must be a single value of 1 to 255 characters.', {
         errors: [{ field: 'Idempotency-Key', message: '1 to 255 characters' }],
       });

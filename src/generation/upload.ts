@@ -32,6 +32,8 @@ export interface ValidUpload {
 }
 
 const FIELD_NAME_MAX_BYTES = 100;
+/** The form's own fields, beside the tool's inputs: always text. */
+const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url'];
 const WEBHOOK_URL_MAX_CHARS = 2048;
 /** `prompt` is at most 1000 characters, i.e. at most 4000 bytes of UTF-8. */
 const FIELD_VALUE_MAX_BYTES = 4000;
@@ -47,6 +49,8 @@ export class UploadParser {
   constructor(private readonly config: AppConfig) {
     this.multer = multer({
       storage: new ProbingTemporaryFiles(config.uploadTmpDir),
+      // Browsers and curl send a field's name and file name as UTF-8 bytes, without RFC 2231's charset marker.
+      defParamCharset: 'utf8',
       limits: {
         fileSize: config.uploadMaxFileBytes,
         parts: config.uploadMaxParts,
@@ -64,8 +68,12 @@ export class UploadParser {
 
   /** Parses and validates; on any failure the temporary files are already gone. */
   async parse(request: Request, response: Response): Promise<ValidUpload> {
-    if (!request.is('multipart/form-data')) {
-      throw new DomainError('malformed_multipart', 'Send the job as multipart/form-data.');
+    // An empty boundary (`boundary=`) would read as a form without parts, and be refused as one missing its tool.
+    if (
+      !request.is('multipart/form-data') ||
+      !/;\s*boundary=("?)[^";\s]/i.test(request.headers['content-type'] ?? '')
+    ) {
+      throw new DomainError('malformed_multipart', 'Send the job as multipart/form-data, with its boundary.');
     }
     await this.receive(request, response);
     const files = (request.files as Express.Multer.File[] | undefined) ?? [];
@@ -108,6 +116,12 @@ export class UploadParser {
       }
       fileFields.set(file.fieldname, file);
     }
+    // A file sent for one of these would be dropped, never stored nor removed with the job.
+    for (const name of FORM_FIELDS.filter((field) => fileFields.has(field))) {
+      throw new DomainError('validation_failed', `The form field "${name}" must be text, not a file.`, {
+        errors: [{ field: name, message: 'must be text, not a file' }],
+      });
+    }
 
     const toolId = textFields.get('tool');
     if (toolId === undefined || toolId === '') {
@@ -119,11 +133,20 @@ export class UploadParser {
     if (!tool)
       throw new DomainError('unknown_tool', `There is no tool "${truncate(toolId)}"; see GET /generation/tools.`);
 
-    const accepted = new Set(['tool', 'generation_type', 'webhook_url', ...tool.inputs.map((input) => input.name)]);
+    const accepted = new Set([...FORM_FIELDS, ...tool.inputs.map((input) => input.name)]);
     for (const name of [...textFields.keys(), ...fileFields.keys()]) {
       if (!accepted.has(name)) throw unexpected(name, `is not a field of the tool "${tool.id}"`);
     }
 
+    if (textFields.get('generation_type') === '') {
+      throw new DomainError(
+        'validation_failed',
+        'The form field "generation_type" is empty; leave it out for the default.',
+        {
+          errors: [{ field: 'generation_type', message: 'must not be empty' }],
+        },
+      );
+    }
     const generationType = textFields.get('generation_type') ?? tool.generationTypes[0].id;
     if (!tool.generationTypes.some((type) => type.id === generationType)) {
       throw new DomainError(
@@ -159,13 +182,11 @@ export class UploadParser {
       throw new DomainError('validation_failed', 'The form fields do not match the tool.', { errors });
     }
 
-    const webhookUrl = textFields.get('webhook_url') ?? null;
-    const problem = webhookUrl === null ? undefined : this.webhookUrlProblem(webhookUrl);
-    if (problem) {
-      throw new DomainError('invalid_webhook_url', `Invalid webhook_url: it ${problem}.`, {
-        errors: [{ field: 'webhook_url', message: problem }],
-      });
-    }
+    const webhook = textFields.get('webhook_url');
+    const problem = webhook === undefined ? undefined : this.webhookUrlProblem(webhook);
+    if (problem) throw invalidWebhookUrl(problem);
+    // Kept as the URL standard writes it: an international host name in its ASCII form, as a URI must be.
+    const webhookUrl = webhook === undefined ? null : new URL(webhook).href;
 
     const images: Record<string, UploadedImage> = {};
     for (const [name, file] of imageFiles) images[name] = await this.inspectImage(name, file as ProbedFile);
@@ -173,11 +194,15 @@ export class UploadParser {
   }
 
   private webhookUrlProblem(url: string): string | undefined {
-    if (url.length > WEBHOOK_URL_MAX_CHARS) return `must be at most ${WEBHOOK_URL_MAX_CHARS} characters`;
-    return webhookUrlProblem(url, {
+    const tooLong = `must be at most ${WEBHOOK_URL_MAX_CHARS} characters`;
+    if (url.length > WEBHOOK_URL_MAX_CHARS) return tooLong;
+    const problem = webhookUrlProblem(url, {
       allowHttp: this.config.webhookAllowHttp,
       allowPrivateNetworks: this.config.webhookAllowPrivateNetworks,
     });
+    if (problem) return problem;
+    if (new URL(url).href.length > WEBHOOK_URL_MAX_CHARS) return `${tooLong} once encoded`;
+    return undefined;
   }
 
   /**
@@ -283,6 +308,8 @@ function multipartError(error: unknown, config: AppConfig): DomainError {
       case 'LIMIT_FIELD_COUNT':
         return new DomainError('payload_too_large', `At most ${config.uploadMaxParts} parts per request.`);
       case 'LIMIT_FIELD_VALUE':
+        if (error.field === 'webhook_url')
+          return invalidWebhookUrl(`must be at most ${WEBHOOK_URL_MAX_CHARS} characters`);
         return new DomainError('validation_failed', `The field "${error.field}" is too long.`, {
           errors: [{ field: error.field ?? 'field', message: 'too long' }],
         });
@@ -291,6 +318,12 @@ function multipartError(error: unknown, config: AppConfig): DomainError {
     }
   }
   return new DomainError('malformed_multipart', 'The multipart body is malformed or incomplete.');
+}
+
+function invalidWebhookUrl(problem: string): DomainError {
+  return new DomainError('invalid_webhook_url', `Invalid webhook_url: it ${problem}.`, {
+    errors: [{ field: 'webhook_url', message: problem }],
+  });
 }
 
 function unexpected(field: string, why: string): DomainError {

@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import { rm, writeFile } from 'node:fs/promises';
+import { type IncomingMessage, request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { expectMatchesContract } from '../../support/contract.js';
 import { waitUntil } from '../../support/harness.js';
@@ -208,6 +209,87 @@ const BAD_UPLOADS: BadUpload[] = [
     code: 'unexpected_field',
     field: 'tool[x]',
     send: async (baseUrl, key) => postJob(baseUrl, key, { 'tool[x]': 'default', image: await png() }),
+  },
+  {
+    // Once accepted with the file left behind in the upload folder, for good.
+    name: 'an image sent as the webhook_url field',
+    status: 400,
+    code: 'validation_failed',
+    field: 'webhook_url',
+    send: async (baseUrl, key) =>
+      postJob(baseUrl, key, { tool: 'default', image: await png(), webhook_url: await png() }),
+  },
+  {
+    name: 'a field name in UTF-8, named back as sent',
+    status: 400,
+    code: 'unexpected_field',
+    field: 'clöthes',
+    send: async (baseUrl, key) => postJob(baseUrl, key, { tool: 'default', image: await png(), clöthes: 'red' }),
+  },
+  {
+    name: 'a webhook_url of 5000 characters',
+    status: 422,
+    code: 'invalid_webhook_url',
+    field: 'webhook_url',
+    send: async (baseUrl, key) =>
+      postJob(baseUrl, key, {
+        tool: 'default',
+        image: await png(),
+        webhook_url: `https://hooks.example.com/${'a'.repeat(5000)}`,
+      }),
+  },
+  {
+    name: 'an empty generation type',
+    status: 400,
+    code: 'validation_failed',
+    field: 'generation_type',
+    send: async (baseUrl, key) => postJob(baseUrl, key, { tool: 'default', generation_type: '', image: await png() }),
+  },
+  {
+    name: 'an Idempotency-Key sent twice',
+    status: 400,
+    code: 'validation_failed',
+    field: 'Idempotency-Key',
+    // Two header lines, as curl sends them; fetch would join them into one.
+    send: async (baseUrl, key) => {
+      const boundary = '----igs-test-boundary-2k';
+      const body = Buffer.concat([
+        Buffer.from(
+          `--${boundary}\r\nContent-Disposition: form-data; name="tool"\r\n\r\ndefault\r\n` +
+            `--${boundary}\r\nContent-Disposition: form-data; name="image"; filename="image.png"\r\n\r\n`,
+        ),
+        await makeImage(320, 400),
+        Buffer.from(`\r\n--${boundary}--\r\n`),
+      ]);
+      const answer = await new Promise<IncomingMessage>((resolve, reject) => {
+        const sent = httpRequest(`${baseUrl}${CREATE_PATH}`, {
+          method: 'POST',
+          headers: {
+            ...bearer(key),
+            'Content-Type': `multipart/form-data; boundary=${boundary}`,
+            'Idempotency-Key': ['a', 'b'],
+          },
+        });
+        sent.on('response', resolve).on('error', reject).end(body);
+      });
+      const chunks: Buffer[] = [];
+      for await (const chunk of answer) chunks.push(chunk as Buffer);
+      return new Response(Buffer.concat(chunks), {
+        status: answer.statusCode,
+        headers: answer.headers as Record<string, string>,
+      });
+    },
+  },
+  {
+    name: 'a multipart body with an empty boundary',
+    status: 400,
+    code: 'malformed_multipart',
+    send: async (baseUrl, key) =>
+      fetch(`${baseUrl}${CREATE_PATH}`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'Content-Type': 'multipart/form-data; boundary=' },
+        body: '--\r\nContent-Disposition: form-data; name="tool"\r\n\r\ndefault\r\n----\r\n',
+      }),
   },
   {
     name: 'a generation type of another tool',

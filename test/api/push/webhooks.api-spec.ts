@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
-import { Client, type HistoryItemBody, postJob } from '../../support/client.js';
+import { bearer, Client, type HistoryItemBody, postJob } from '../../support/client.js';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createUser, query, uniqueImage, waitUntil, WorkerWorld } from '../../support/harness.js';
 import type { RunningService } from '../../support/service.js';
@@ -206,21 +206,42 @@ describe('webhooks', () => {
       [strictApi] = await Promise.all([world.processes.start('api', strict), world.processes.start('worker', strict)]);
     }, 60_000);
 
-    it.each(['http://127.0.0.1:9/hooks', 'http://localhost:9/hooks', 'http://[::1]/hooks', 'ftp://example.com/x'])(
-      'refuses webhook_url %s at creation with 422 invalid_webhook_url',
-      async (url) => {
-        const clothes = { data: await uniqueImage(), filename: 'clothes.png', contentType: 'image/png' };
-        const response = await postJob(strictApi.baseUrl, user.key, {
-          tool: 'fashion_card',
-          clothes,
-          webhook_url: url,
-        });
+    it.each([
+      'http://127.0.0.1:9/hooks',
+      'http://localhost:9/hooks',
+      'http://localhost.:9/hooks',
+      'http://[::1]/hooks',
+      'ftp://example.com/x',
+    ])('refuses webhook_url %s at creation with 422 invalid_webhook_url', async (url) => {
+      const clothes = { data: await uniqueImage(), filename: 'clothes.png', contentType: 'image/png' };
+      const response = await postJob(strictApi.baseUrl, user.key, {
+        tool: 'fashion_card',
+        clothes,
+        webhook_url: url,
+      });
 
-        expect(response.status).toBe(422);
-        const problem = await expectMatchesContract(response, 'POST', '/generation/generate_image_v2/');
-        expect(problem).toMatchObject({ code: 'invalid_webhook_url', errors: [{ field: 'webhook_url' }] });
-      },
-    );
+      expect(response.status).toBe(422);
+      const problem = await expectMatchesContract(response, 'POST', '/generation/generate_image_v2/');
+      expect(problem).toMatchObject({ code: 'invalid_webhook_url', errors: [{ field: 'webhook_url' }] });
+    });
+
+    it('keeps a webhook_url with an international host name in its ASCII form, as a URI must be', async () => {
+      const clothes = { data: await uniqueImage(), filename: 'clothes.png', contentType: 'image/png' };
+      const response = await postJob(strictApi.baseUrl, user.key, {
+        tool: 'fashion_card',
+        clothes,
+        webhook_url: 'https://例え.jp/hooks/générées',
+      });
+      expect(response.status).toBe(202);
+      const { history_item_id: id } = (await response.json()) as { history_item_id: string };
+
+      const item = await fetch(`${strictApi.baseUrl}/user/generation-history/${id}`, { headers: bearer(user.key) });
+
+      const body = (await expectMatchesContract(item, 'GET', '/user/generation-history/{id}')) as {
+        webhook: { url: string };
+      };
+      expect(body.webhook.url).toBe('https://xn--r8jz45g.jp/hooks/g%C3%A9n%C3%A9r%C3%A9es');
+    });
 
     it('refuses at delivery a host name that resolves to a loopback address, and never connects to it', async () => {
       const before = receiver.received.length;
