@@ -19,6 +19,17 @@ import { EngineRegistry, EngineTimeoutError, PermanentEngineError, renderOutputs
 import { EngineRuns } from './engine-runs.js';
 import { EngineSlots } from './engine-slots.js';
 
+/** How long jobs stopped by a shutdown get to record their stop (their attempt, the model run's cancel, their spans). */
+const STOPPING_MS = 5_000;
+
+/** An attempt this worker cut short as it shut down: the job's own outcome is still to come, from another worker. */
+class StoppedByShutdown extends Error {
+  constructor(cause: unknown) {
+    super('the worker shut down while the job ran', { cause });
+    this.name = 'StoppedByShutdown';
+  }
+}
+
 /**
  * Runs generation jobs. The queue delivers a job at least once, so every step is safe to repeat: outputs go to fixed
  * keys, and the lifecycle records an outcome only while the item is still pending.
@@ -28,6 +39,8 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   private readonly logger = new Logger(GenerationProcessor.name);
   /** Aborted on shutdown, so engines stop early and the job goes back to the queue. */
   private readonly shutdown = new AbortController();
+  /** Final failures being written, which the shutdown waits for. */
+  private readonly failing = new Set<Promise<unknown>>();
 
   constructor(
     private readonly queue: JobQueue,
@@ -50,8 +63,13 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     this.queue.process(this.config.workerConcurrency, (delivery) => this.run(delivery));
     // Jobs that failed without reaching the processor's own bookkeeping (stalled too often) end here.
     this.queue.onFinalFailure((id, error) => {
+      // Cut short on its last attempt by this worker's shutdown, not failed by its engine: the item stays pending, and
+      // the reconciler queues it again with its attempts anew.
+      if (error instanceof StoppedByShutdown) return;
       this.logger.warn({ id, err: error.message }, 'job failed');
-      void this.lifecycle.fail(id, 'engine_failed', 'The job could not be processed.').catch(() => {});
+      const failing = this.lifecycle.fail(id, 'engine_failed', 'The job could not be processed.').catch(() => {});
+      this.failing.add(failing);
+      void failing.finally(() => this.failing.delete(failing));
     });
   }
 
@@ -63,9 +81,11 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       new Promise<boolean>((resolve) => setTimeout(resolve, this.config.shutdownTimeoutMs, true).unref()),
     ]);
     if (timedOut) {
-      this.logger.warn('running jobs did not finish in time; they return to the queue when their lock expires');
+      this.logger.warn('running jobs did not finish in time: they are stopped, and run again by another worker');
       this.shutdown.abort(new Error('worker shutting down'));
+      await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, STOPPING_MS).unref())]);
     }
+    await Promise.all(this.failing);
   }
 
   async run(delivery: Delivery): Promise<void> {
@@ -165,7 +185,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   private async fail(delivery: Delivery, error: unknown, pastDeadline: boolean): Promise<never> {
     const id = delivery.historyItemId;
     const message = error instanceof Error ? error.message : String(error);
-    if (this.shutdown.signal.aborted) throw error;
+    if (this.shutdown.signal.aborted) throw new StoppedByShutdown(error);
     if (error instanceof PermanentEngineError) {
       this.logger.warn({ id, code: error.code, err: message }, 'job failed permanently');
       // The engine's own message (its URL, its answer) stays in the log above; the client reads plain words, or the

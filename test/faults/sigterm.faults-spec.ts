@@ -6,6 +6,7 @@ import {
   final,
   listDir,
   mediaFolder,
+  query,
   storedInputs,
   streamSettings,
   submit,
@@ -142,5 +143,42 @@ describe('a worker told to stop (SIGTERM)', () => {
         expect(await listDir(mediaFolder(env, id))).toEqual(['preview.webp', 'stock.jpg']);
       }
     }, 120_000);
+  });
+
+  describe('past SHUTDOWN_TIMEOUT_MS, on the last attempt of its job', () => {
+    // The API sets a job's attempts as it queues it.
+    const block = worldForBlock(() => ({ kind: 'succeed', delayMs: 60_000 }), {
+      services: () => ({ api: { JOB_ATTEMPTS: '1' } }),
+    });
+    const workerEnv = (fake: FakeCog): Record<string, string> => ({
+      ...cogEngine(fake),
+      SHUTDOWN_TIMEOUT_MS: '500',
+      RECONCILE_INTERVAL_MS: '500',
+    });
+
+    it('stops the job, which stays pending and is run again by the next worker, not failed', async () => {
+      const { processes, fake, api, key } = block;
+      const sut = await processes.start('worker', workerEnv(fake));
+      const id = await submit(api.baseUrl, key, await uniqueImage());
+      await fake.waitFor((f) => f.inFlight().length === 1, 'the job to be in the engine');
+
+      const code = await processes.stop(sut);
+
+      expect(code).toBe(0);
+      expect(sut.output()).toContain('running jobs did not finish in time');
+      // Its attempt was cut short, not failed: nothing says the job failed, and its item was not ended.
+      expect(sut.output()).not.toMatch(/"msg":"job failed"/);
+      expect(fake.requests[0].aborted).toBe(true);
+      const [row] = await query<{ status: string }>(block.env, 'SELECT status FROM history_items WHERE id = $1', [id]);
+      expect(row.status).toBe('pending');
+      // The stop was recorded before the exit, as the queue board shows it, not left to a lock that has to expire.
+      const job = await block.queue.getJob(id);
+      expect(await job?.getState()).toBe('failed');
+      expect(job?.failedReason).toBe('the worker shut down while the job ran');
+
+      fake.behave(() => ({ kind: 'succeed' }));
+      await processes.start('worker', workerEnv(fake));
+      await expectCompleteWithOutputs(api.baseUrl, await final(api.baseUrl, key, id));
+    }, 60_000);
   });
 });
