@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { Semaphore } from 'redis-semaphore';
+import { inSpan, outsideTraces } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
 import type { EngineSlot } from '../engines/index.js';
 import { REDIS } from '../redis/redis.module.js';
@@ -47,15 +48,17 @@ export class EngineSlots {
     };
     const shared = new Semaphore(this.redis, key, concurrency, { ...options, acquiredExternally: true });
     const own = new Semaphore(this.redis, key, concurrency, options);
-    let held: Semaphore | undefined;
-    while (!held) {
-      signal.throwIfAborted();
-      // Another run of this job holding a slot (its queue lock lapsed) shares it rather than taking a second one.
-      if (await shared.tryAcquire()) held = shared;
-      else if (await own.tryAcquire()) held = own;
-      else await this.freedOrRetry(engine, signal);
-    }
-    const slot = held;
+    // One span for the wait, not one per try (every RETRY_INTERVAL_MS while the server is busy: thousands for a job
+    // queued a minute), nor per renewal of the lease, which a try that succeeds starts.
+    const slot = await inSpan('wait for engine slot', { attributes: { 'igs.engine.name': engine } }, async () => {
+      for (;;) {
+        signal.throwIfAborted();
+        // Another run of this job holding a slot (its queue lock lapsed) shares it rather than taking a second one.
+        if (await outsideTraces(() => shared.tryAcquire())) return shared;
+        if (await outsideTraces(() => own.tryAcquire())) return own;
+        await this.freedOrRetry(engine, signal);
+      }
+    });
     return async () => {
       const released = slot.release();
       // A waiter here asks at once: its command follows the release on the same Redis connection, so Redis has freed

@@ -165,6 +165,10 @@ describe('traces', () => {
       // What the engine does in Redis (its run record, its slot) hangs under the engine span.
       const engineCalls = workerSpans.filter((span) => span.parentSpanId === engine?.spanId);
       expect(engineCalls.some((span) => span.attributes['db.system.name'] === 'redis')).toBe(true);
+      // The turn on the model server is one span, whatever number of tries it took.
+      const slotWait = engineCalls.filter((span) => span.name === 'wait for engine slot');
+      expect(slotWait).toHaveLength(1);
+      expect(workerSpans.filter((span) => span.parentSpanId === slotWait[0].spanId)).toEqual([]);
       // The call to the model server is a client span of the engine's, and carries the trace to the server.
       const modelCall = engineCalls.find(
         (span) => span.kind === SPAN_KIND.client && span.attributes['http.request.method'] === 'PUT',
