@@ -1,4 +1,4 @@
-import sharp from 'sharp';
+import sharp, { type Metadata } from 'sharp';
 import { IMAGE_MIME_TYPES, imageFormatOf } from '../common/image-format.js';
 import { EngineTimeoutError, PermanentEngineError, TransientEngineError } from './engine.js';
 
@@ -26,6 +26,8 @@ export interface RemoteHttpOptions {
   requestTimeoutMs: number;
   /** Largest output image accepted, in bytes. */
   maxOutputBytes: number;
+  /** Shortest and longest side of an output image accepted. */
+  outputSides: { min: number; max: number };
   /** Names the server in messages: "Cog", "ComfyUI". */
   what: string;
 }
@@ -53,6 +55,30 @@ export class RemoteHttp {
 
   constructor(private readonly options: RemoteHttpOptions) {
     this.base = new URL(options.baseUrl.replace(/\/+$/, '') + '/');
+  }
+
+  /**
+   * The output is a JPEG, PNG or WebP image sharp can read, of a size an upload could have, or the model failed the
+   * job: a model that answers a 1x1 or a 16000x300 image has not made a result.
+   */
+  async verifyImage(data: Buffer): Promise<void> {
+    const { what, outputSides } = this.options;
+    let metadata: Metadata;
+    try {
+      metadata = await sharp(data).metadata();
+    } catch {
+      throw engineFailed(`${what} output is not an image (${data.length} bytes sharp cannot read)`);
+    }
+    const { format, width, height } = metadata;
+    if (format !== 'jpeg' && format !== 'png' && format !== 'webp') {
+      throw engineFailed(`${what} output is a ${format ?? 'unknown'} image, expected JPEG, PNG or WebP`);
+    }
+    if (Math.min(width, height) < outputSides.min || Math.max(width, height) > outputSides.max) {
+      throw engineFailed(
+        `${what} output is ${width}x${height} px; each side must be from ${outputSides.min} to ${outputSides.max} px`,
+        `The model made a ${width}x${height} px image, which is no result.`,
+      );
+    }
   }
 
   url(path: string): URL {
@@ -312,19 +338,6 @@ export function decodeDataUri(uri: string, maxBytes: number, what: string): Buff
   const data = Buffer.from(uri.slice(comma + 1), 'base64');
   if (data.length > maxBytes) throw tooLarge();
   return data;
-}
-
-/** The output is a JPEG, PNG or WebP image sharp can read, or the model failed the job. */
-export async function verifyImage(data: Buffer, what: string): Promise<void> {
-  let format: string | undefined;
-  try {
-    ({ format } = await sharp(data).metadata());
-  } catch {
-    throw engineFailed(`${what} output is not an image (${data.length} bytes sharp cannot read)`);
-  }
-  if (format !== 'jpeg' && format !== 'png' && format !== 'webp') {
-    throw engineFailed(`${what} output is a ${format ?? 'unknown'} image, expected JPEG, PNG or WebP`);
-  }
 }
 
 /**

@@ -21,7 +21,7 @@ const VTON_SCHEMA: FakeCogSchema = {
   required: ['human_img', 'garm_img', 'garment_des'],
 };
 
-const LIMITS = { maxOutputBytes: 1024 * 1024, limitInputPixels: 4096 * 4096 };
+const LIMITS = { maxOutputBytes: 1024 * 1024, limitInputPixels: 4096 * 4096, outputSides: { min: 64, max: 4096 } };
 
 function solid(width: number, height: number, background: string): ReturnType<typeof sharp> {
   return sharp({ create: { width, height, channels: 3, background } });
@@ -86,7 +86,7 @@ describe('CogServer against a fake Cog model', () => {
   beforeAll(async () => {
     person = await solid(6, 8, '#cc6633').jpeg().toBuffer();
     clothes = await solid(8, 6, '#3366cc').png().toBuffer();
-    output = await solid(5, 4, '#22aa44').png().toBuffer();
+    output = await solid(80, 64, '#22aa44').png().toBuffer();
   });
 
   beforeEach(async () => {
@@ -183,8 +183,10 @@ describe('CogServer against a fake Cog model', () => {
 
       const failure = expectEngineFailed(error);
       expect(failure.clientMessage).toBe(
-        `The model at ${fake.url} has no input "cloth_img" (routes.fashion_swap_half/upper.inputs.clothes); its inputs: human_img, garm_img, garment_des, category, steps`,
+        'The model has no input "cloth_img" (routes.fashion_swap_half/upper.inputs.clothes); its inputs: human_img, garm_img, garment_des, category, steps',
       );
+      // The server's address is for the log, not for clients.
+      expect(failure.message).toContain(`The model at ${fake.url} has no input "cloth_img"`);
       expect(fake.requests).toHaveLength(0);
     });
 
@@ -264,6 +266,21 @@ describe('CogServer against a fake Cog model', () => {
       const sut = new CogServer(setting(), { ...LIMITS, maxOutputBytes: big.length - 1 }).engineFor(route());
 
       expectEngineFailed(await rejection(sut.generate(request())), /larger than/);
+    });
+
+    it.each([
+      ['a 1x1 image', 1, 1],
+      ['a strip longer than an upload may be', LIMITS.outputSides.max + 1, 64],
+    ])('refuses %s, which is no result', async (_case, width, height) => {
+      const odd = await solid(width, height, '#123456').png().toBuffer();
+      fake.behave(() => ({ kind: 'succeed', image: odd }));
+
+      const error = await rejection(engine().generate(request()));
+
+      expectEngineFailed(error, new RegExp(`output is ${width}x${height} px`));
+      expect((error as PermanentEngineError).clientMessage).toBe(
+        `The model made a ${width}x${height} px image, which is no result.`,
+      );
     });
 
     it('is transient when the server is down', async () => {

@@ -41,7 +41,11 @@ function serverFor(url: string): ComfyServer {
     timeoutMs: 60_000,
     headers: { 'X-Comfy-Token': 'secret' },
   };
-  return new ComfyServer(setting, { maxOutputBytes: 64 * 1024 * 1024, limitInputPixels: 40_000_000 });
+  return new ComfyServer(setting, {
+    maxOutputBytes: 64 * 1024 * 1024,
+    limitInputPixels: 40_000_000,
+    outputSides: { min: 64, max: 8192 },
+  });
 }
 
 let jobs = 0;

@@ -7,7 +7,6 @@ import {
   errorDetail,
   quote,
   sleep,
-  verifyImage,
   type RemoteHttp,
 } from '../remote-http.js';
 
@@ -56,7 +55,7 @@ export class CogEngine implements Engine {
     request.signal?.throwIfAborted();
     this.checkInputs(await this.modelInputs(request.signal));
     const data = await this.fetchOutput(request);
-    await verifyImage(data, 'Cog');
+    await this.http.verifyImage(data);
     request.signal?.throwIfAborted();
     return { kind: 'encoded', data };
   }
@@ -74,8 +73,9 @@ export class CogEngine implements Engine {
       missing.push(`"${GENERATION_TYPE}" (${this.shortcut()} sends the generation type)`);
     }
     if (missing.length === 0) return;
-    const message = `The model at ${this.serverUrl} has no input${missing.length > 1 ? 's' : ''} ${missing.join(', ')}; its inputs: ${[...known].join(', ')}`;
-    throw engineFailed(message, message);
+    const what = `no input${missing.length > 1 ? 's' : ''} ${missing.join(', ')}; its inputs: ${[...known].join(', ')}`;
+    // The server's address stays in the log.
+    throw engineFailed(`The model at ${this.serverUrl} has ${what}`, `The model has ${what}`);
   }
 
   /** The setting a name comes from, as the operator wrote it. */

@@ -7,7 +7,7 @@ import {
   type EngineImage,
   type EngineRequest,
 } from '../engine.js';
-import { engineFailed, quote, type RemoteHttp, verifyImage } from '../remote-http.js';
+import { engineFailed, quote, type RemoteHttp } from '../remote-http.js';
 import type { ComfyMessage, ComfySocket, PromptWatch } from './comfyui.socket.js';
 import {
   buildPrompt,
@@ -91,7 +91,7 @@ export class ComfyEngine implements Engine {
     });
     await abortable(this.checked, request.signal);
     const data = await this.run(request);
-    await verifyImage(data, 'ComfyUI');
+    await this.server.http.verifyImage(data);
     return { kind: 'encoded', data };
   }
 

@@ -31,6 +31,7 @@ export class ComfyServer implements EngineServer<ComfyRoute> {
       headers: setting.headers,
       requestTimeoutMs: Math.min(REQUEST_TIMEOUT_MS, setting.timeoutMs),
       maxOutputBytes: limits.maxOutputBytes,
+      outputSides: limits.outputSides,
       what: 'ComfyUI',
     });
     this.socket = new ComfySocket(this.http.base, setting.headers);

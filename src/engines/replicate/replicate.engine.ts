@@ -20,7 +20,6 @@ import {
   networkErrorCode,
   quote,
   sleep,
-  verifyImage,
   type RemoteHttp,
 } from '../remote-http.js';
 
@@ -210,7 +209,7 @@ export class ReplicateEngine implements Engine {
     const data = /^data:/i.test(output)
       ? decodeDataUri(output, this.limits.maxOutputBytes, 'Replicate')
       : await this.downloads.download(output, signal);
-    await verifyImage(data, 'Replicate');
+    await this.downloads.verifyImage(data);
     return data;
   }
 

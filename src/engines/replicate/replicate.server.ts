@@ -37,6 +37,7 @@ export class ReplicateServer implements EngineServer<ReplicateRoute> {
       headers: { ...setting.headers, Authorization: `Bearer ${setting.token}` },
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
       maxOutputBytes: limits.maxOutputBytes,
+      outputSides: limits.outputSides,
       what: 'Replicate',
     });
   }
