@@ -56,7 +56,7 @@ export class EngineRegistry implements OnApplicationShutdown {
     const limits: EngineLimits = {
       maxOutputBytes: config.imageMaxPixels * BYTES_PER_PIXEL,
       limitInputPixels: config.imageMaxPixels,
-      outputSides: { min: config.imageMinSide, max: config.imageMaxSide },
+      minOutputSide: config.imageMinSide,
     };
     for (const setting of config.engineRouting.servers) {
       this.servers.set(setting.name, { setting, served: serve(setting, limits) });

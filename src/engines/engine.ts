@@ -91,8 +91,8 @@ export interface EngineLimits {
   maxOutputBytes: number;
   /** Largest image, in pixels, an engine decodes. */
   limitInputPixels: number;
-  /** Shortest and longest side of a model's output: an uploaded image's bounds. */
-  outputSides: { min: number; max: number };
+  /** Shortest side of a model's output: an uploaded image's least. */
+  minOutputSide: number;
 }
 
 /**

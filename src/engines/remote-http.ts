@@ -26,8 +26,8 @@ export interface RemoteHttpOptions {
   requestTimeoutMs: number;
   /** Largest output image accepted, in bytes. */
   maxOutputBytes: number;
-  /** Shortest and longest side of an output image accepted. */
-  outputSides: { min: number; max: number };
+  /** Shortest side of an output image accepted. */
+  minOutputSide: number;
   /** Names the server in messages: "Cog", "ComfyUI". */
   what: string;
 }
@@ -58,11 +58,12 @@ export class RemoteHttp {
   }
 
   /**
-   * The output is a JPEG, PNG or WebP image sharp can read, of a size an upload could have, or the model failed the
-   * job: a model that answers a 1x1 or a 16000x300 image has not made a result.
+   * The output is a JPEG, PNG or WebP image sharp can read, no side of it shorter than an upload's may be, or the model
+   * failed the job: a model that answers a 1x1 image has not made a result. (Its pixels are bounded as it is
+   * downloaded and decoded; its longest side is not: an upscaler's may well pass an upload's.)
    */
   async verifyImage(data: Buffer): Promise<void> {
-    const { what, outputSides } = this.options;
+    const { what, minOutputSide } = this.options;
     let metadata: Metadata;
     try {
       metadata = await sharp(data).metadata();
@@ -73,9 +74,9 @@ export class RemoteHttp {
     if (format !== 'jpeg' && format !== 'png' && format !== 'webp') {
       throw engineFailed(`${what} output is a ${format ?? 'unknown'} image, expected JPEG, PNG or WebP`);
     }
-    if (Math.min(width, height) < outputSides.min || Math.max(width, height) > outputSides.max) {
+    if (Math.min(width, height) < minOutputSide) {
       throw engineFailed(
-        `${what} output is ${width}x${height} px; each side must be from ${outputSides.min} to ${outputSides.max} px`,
+        `${what} output is ${width}x${height} px; each side must be at least ${minOutputSide} px`,
         `The model made a ${width}x${height} px image, which is no result.`,
       );
     }

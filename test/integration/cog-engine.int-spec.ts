@@ -21,7 +21,7 @@ const VTON_SCHEMA: FakeCogSchema = {
   required: ['human_img', 'garm_img', 'garment_des'],
 };
 
-const LIMITS = { maxOutputBytes: 1024 * 1024, limitInputPixels: 4096 * 4096, outputSides: { min: 64, max: 4096 } };
+const LIMITS = { maxOutputBytes: 1024 * 1024, limitInputPixels: 4096 * 4096, minOutputSide: 64 };
 
 function solid(width: number, height: number, background: string): ReturnType<typeof sharp> {
   return sharp({ create: { width, height, channels: 3, background } });
@@ -270,7 +270,7 @@ describe('CogServer against a fake Cog model', () => {
 
     it.each([
       ['a 1x1 image', 1, 1],
-      ['a strip longer than an upload may be', LIMITS.outputSides.max + 1, 64],
+      ['a strip thinner than an upload may be', 400, LIMITS.minOutputSide - 1],
     ])('refuses %s, which is no result', async (_case, width, height) => {
       const odd = await solid(width, height, '#123456').png().toBuffer();
       fake.behave(() => ({ kind: 'succeed', image: odd }));

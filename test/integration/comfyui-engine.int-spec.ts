@@ -44,7 +44,7 @@ function serverFor(url: string): ComfyServer {
   return new ComfyServer(setting, {
     maxOutputBytes: 64 * 1024 * 1024,
     limitInputPixels: 40_000_000,
-    outputSides: { min: 64, max: 8192 },
+    minOutputSide: 64,
   });
 }
 

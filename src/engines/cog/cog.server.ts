@@ -30,7 +30,7 @@ export class CogServer implements EngineServer<CogRoute> {
       // A synchronous prediction keeps its request open for the whole run.
       requestTimeoutMs: setting.timeoutMs,
       maxOutputBytes: limits.maxOutputBytes,
-      outputSides: limits.outputSides,
+      minOutputSide: limits.minOutputSide,
       what: 'Cog',
     });
   }

@@ -31,7 +31,7 @@ export class ComfyServer implements EngineServer<ComfyRoute> {
       headers: setting.headers,
       requestTimeoutMs: Math.min(REQUEST_TIMEOUT_MS, setting.timeoutMs),
       maxOutputBytes: limits.maxOutputBytes,
-      outputSides: limits.outputSides,
+      minOutputSide: limits.minOutputSide,
       what: 'ComfyUI',
     });
     this.socket = new ComfySocket(this.http.base, setting.headers);

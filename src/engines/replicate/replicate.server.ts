@@ -37,7 +37,7 @@ export class ReplicateServer implements EngineServer<ReplicateRoute> {
       headers: { ...setting.headers, Authorization: `Bearer ${setting.token}` },
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
       maxOutputBytes: limits.maxOutputBytes,
-      outputSides: limits.outputSides,
+      minOutputSide: limits.minOutputSide,
       what: 'Replicate',
     });
   }
