@@ -71,7 +71,7 @@ describe('the routing file (ENGINES_FILE)', () => {
     });
     expect(servers.comfy).toMatchObject({
       kind: 'comfyui',
-      timeoutMs: 600_000,
+      timeoutMs: 240_000,
       headers: { Authorization: 'Bearer secret' },
     });
     const routes = Object.fromEntries(sut.engineRouting.routes.map((route) => [route.key, route]));

@@ -27,6 +27,7 @@ const CORE_CLASSES: Record<string, { output: boolean }> = {
   ImageScaleBy: { output: false },
   ImageScale: { output: false },
   ImageInvert: { output: false },
+  ImageCompositeMasked: { output: false },
   CheckpointLoaderSimple: { output: false },
   CLIPTextEncode: { output: false },
   EmptyLatentImage: { output: false },
