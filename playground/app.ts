@@ -256,8 +256,13 @@ async function loadHistory(): Promise<void> {
     ...(status ? { status: status as HistoryItem['status'] } : {}),
     ...(type ? { generation_type: type as never } : {}),
   });
-  shown = new Map(result.items.map((item) => [item.history_item_id, item.status]));
   totalPages = Math.max(1, result.total_pages);
+  // The page shown emptied (its last items deleted, here or elsewhere): the new last page takes its place.
+  if (page > totalPages) {
+    page = totalPages;
+    return loadHistory();
+  }
+  shown = new Map(result.items.map((item) => [item.history_item_id, item.status]));
   $('page-label').textContent = `Page ${result.page} of ${totalPages} (${result.total} items)`;
   $<HTMLButtonElement>('previous-page').disabled = page <= 1;
   $<HTMLButtonElement>('next-page').disabled = page >= totalPages;

@@ -1,5 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
+import pg from 'pg';
 import type { Browser, Locator, Page } from 'playwright-core';
 import { type HistoryItem, createClient } from '../../client/src/index.js';
 import { launchBrowser } from '../support/chromium.mjs';
@@ -107,6 +109,45 @@ describe('in a real browser (Debian Chromium)', () => {
 
     expect(await page.evaluate("sessionStorage.getItem('igs.apiKey')")).toBe(key);
     expect(page.url()).not.toContain(key);
+    expect(errors).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it('goes back to the new last page once every item of the last one is deleted', async () => {
+    const name = `pages-${randomUUID()}`;
+    const pagesKey = await createUserWithKey(env.databaseUrl, name);
+    // Eleven failed items (no result image to load), made in the database: a page of ten and one more, without
+    // eleven jobs' time.
+    const client = new pg.Client({ connectionString: env.databaseUrl });
+    await client.connect();
+    try {
+      await client.query(
+        `INSERT INTO history_items (id, user_id, tool, generation_type, status, error_code, error_message, inputs,
+                                    completed_at)
+         SELECT gen_random_uuid(), users.id, 'default', 'enhance', 'error', 'engine_failed', 'The engine failed.', '{}',
+                now()
+           FROM users, generate_series(1, 11) WHERE users.name = $1`,
+        [name],
+      );
+    } finally {
+      await client.end();
+    }
+    const page = await browser.newPage();
+    const errors = watchForErrors(page);
+    await page.goto(`${service.baseUrl}/playground`);
+    await page.getByLabel('API key').fill(pagesKey);
+    await page.getByRole('button', { name: 'Use key' }).click();
+    await page.getByText('Page 1 of 2 (11 items)').waitFor();
+
+    await page.getByRole('button', { name: 'Next', exact: true }).click();
+    await page.getByText('Page 2 of 2 (11 items)').waitFor();
+    await page
+      .locator('#history li')
+      .getByRole('button', { name: /^Delete/ })
+      .click();
+
+    await page.getByText('Page 1 of 1 (10 items)').waitFor();
+    expect(await page.locator('#history li').count()).toBe(10);
     expect(errors).toEqual([]);
     await page.close();
   }, 60_000);
