@@ -1,7 +1,10 @@
-import { createServer, IncomingMessage, ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { createServer, IncomingMessage, maxHeaderSize, ServerResponse, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { NestApplicationOptions } from '@nestjs/common';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import type { Express } from 'express';
+import { DomainError } from './problem.js';
 
 /**
  * Nest's Express adapter with one change: the HTTP server builds each request and response on the Express
@@ -21,16 +24,45 @@ export class PrototypedExpressAdapter extends ExpressAdapter {
       throw new Error('PrototypedExpressAdapter supports plain HTTP servers only');
     }
     const app = this.getInstance<Express>();
-    this.setHttpServer(
-      createServer(
-        {
-          IncomingMessage: constructing<typeof IncomingMessage>(IncomingMessage, app.request),
-          ServerResponse: constructing<typeof ServerResponse>(ServerResponse, app.response),
-        },
-        app,
-      ),
+    const server = createServer(
+      {
+        IncomingMessage: constructing<typeof IncomingMessage>(IncomingMessage, app.request),
+        ServerResponse: constructing<typeof ServerResponse>(ServerResponse, app.response),
+      },
+      app,
     );
+    server.on('clientError', answerUnparsed);
+    this.setHttpServer(server);
   }
+}
+
+/**
+ * Answers a request Node's HTTP parser refused, which never reaches Express, as every other error is answered: a
+ * problem with an X-Request-Id. Node's own answer is a bare status line (431 for headers over its limit, 400 else).
+ */
+export function answerUnparsed(error: Error & { code?: string }, socket: Duplex): void {
+  // A connection reset or timed out mid-request has no one to answer.
+  if (!error.code?.startsWith('HPE_') || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const problem =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? new DomainError('headers_too_large', `The request's header fields are over ${maxHeaderSize} bytes in all.`)
+      : new DomainError('bad_request', 'The request is not valid HTTP/1.1.');
+  const body = JSON.stringify(problem.toProblem());
+  socket.end(
+    [
+      `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}`,
+      'Content-Type: application/problem+json',
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      'X-Content-Type-Options: nosniff',
+      `X-Request-Id: ${randomUUID()}`,
+      'Connection: close',
+      '',
+      body,
+    ].join('\r\n'),
+  );
 }
 
 /**

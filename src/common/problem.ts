@@ -17,6 +17,7 @@ const PROBLEM_TYPES: Record<ProblemCode, { status: number; title: string }> = {
   not_pending: { status: 409, title: 'History item is not pending' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
+  headers_too_large: { status: 431, title: 'Request header fields too large' },
   unknown_tool: { status: 422, title: 'Unknown tool' },
   invalid_generation_type: { status: 422, title: 'Invalid generation type' },
   image_too_small: { status: 422, title: 'Image too small' },

@@ -845,6 +845,7 @@ export interface components {
          *     | `idempotency_in_progress`, `not_complete`, `not_pending` | 409 |
          *     | `payload_too_large` | 413 |
          *     | `unsupported_media_type` | 415 |
+         *     | `headers_too_large` | 431 (the request's header fields together are over 16 KB) |
          *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url` | 422 |
          *     | `rate_limited`, `too_many_pending` | 429 |
          *     | `service_unavailable` | 503 |
@@ -876,7 +877,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history

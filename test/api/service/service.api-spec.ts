@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { STATUS_CODES } from 'node:http';
+import { connect } from 'node:net';
 import { readFile } from 'node:fs/promises';
 import { parse } from 'yaml';
 import { expectMatchesContract } from '../../support/contract.js';
@@ -91,6 +93,22 @@ describe('the service process', () => {
         code: string;
       };
       expect(body.code).toBe('bad_request');
+    });
+
+    it.each([
+      ['header fields over 16 KB', 431, 'headers_too_large', 'X-Big: ' + 'a'.repeat(20_000)],
+      ['a header line that is not HTTP', 400, 'bad_request', 'no colon here'],
+    ])('answers a request with %s with a %i problem and an X-Request-Id', async (_case, status, code, line) => {
+      const socket = connect(Number(new URL(block.sut.baseUrl).port), '127.0.0.1');
+      socket.end(`GET /generation/tools HTTP/1.1\r\nHost: localhost\r\n${line}\r\n\r\n`);
+      const chunks: Buffer[] = [];
+      for await (const chunk of socket) chunks.push(chunk as Buffer);
+      const [head, body] = Buffer.concat(chunks).toString('utf8').split('\r\n\r\n');
+
+      expect(head.split('\r\n')[0]).toBe(`HTTP/1.1 ${status} ${STATUS_CODES[status]}`);
+      expect(head).toMatch(/^Content-Type: application\/problem\+json$/im);
+      expect(head).toMatch(/^X-Request-Id: [0-9a-f-]{36}$/im);
+      expect(JSON.parse(body)).toMatchObject({ type: `urn:igs:problem:${code}`, status, code });
     });
 
     it('puts no stack trace and no file path in any error body', async () => {
