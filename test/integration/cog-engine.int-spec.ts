@@ -1,3 +1,4 @@
+import { jest } from '@jest/globals';
 import sharp from 'sharp';
 import type { CogRoute, CogServerSetting } from '../../src/config/engine-settings.js';
 import { CogServer } from '../../src/engines/index.js';
@@ -211,6 +212,32 @@ describe('CogServer against a fake Cog model', () => {
 
       const schemaReads = fake.calls.filter((call) => call.path === '/openapi.json');
       expect(schemaReads.map((call) => call.status)).toEqual([503, 503, 503, 200]);
+    });
+
+    it('reads it again a minute on: a model replaced at the same URL is checked as it is now', async () => {
+      const sut = engine();
+      await sut.generate(request());
+      // The next version of the model calls the garment cloth_img.
+      const { garm_img: garment, ...others } = VTON_SCHEMA.properties;
+      fake.setSchema({
+        properties: { ...others, cloth_img: garment },
+        required: ['human_img', 'cloth_img', 'garment_des'],
+      });
+      const now = Date.now();
+      const clock = jest.spyOn(Date, 'now');
+      try {
+        // Within the minute the schema read before is trusted: the model itself refuses the input.
+        clock.mockReturnValue(now + 30_000);
+        expectEngineFailed(await rejection(sut.generate(request())), /HTTP 422/);
+        clock.mockReturnValue(now + 61_000);
+
+        const failure = expectEngineFailed(await rejection(sut.generate(request())));
+
+        expect(failure.clientMessage).toContain('has no input "garm_img"');
+        expect(fake.calls.filter((call) => call.path === '/openapi.json')).toHaveLength(2);
+      } finally {
+        clock.mockRestore();
+      }
     });
   });
 

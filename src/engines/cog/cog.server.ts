@@ -6,6 +6,12 @@ import { CogEngine, type CogInputs } from './cog.engine.js';
 /** `GET /health-check` statuses of a model that takes predictions: idle, or with every slot in use. */
 const UP_STATUSES = new Set(['READY', 'BUSY']);
 
+/**
+ * How long the model's schema is trusted once read: a container replaced at the same URL (another model, a version
+ * with renamed inputs) is checked as it is now within this long, and one fixed after a mismatch is used again.
+ */
+const SCHEMA_MAX_AGE_MS = 60_000;
+
 /** The part of Cog's `GET /openapi.json` the engine reads. */
 interface CogOpenApi {
   components?: { schemas?: { Input?: { properties?: Record<string, unknown> } } };
@@ -13,12 +19,12 @@ interface CogOpenApi {
 
 /**
  * A Cog container (ENGINES.md, "cog"): one model behind Cog's HTTP API, at `setting.url`. Its routes share the
- * model's input schema, read once from `GET /openapi.json`.
+ * model's input schema, read from `GET /openapi.json` on first use and again once a minute.
  */
 export class CogServer implements EngineServer<CogRoute> {
   private readonly http: RemoteHttp;
-  /** Kept once read; until then each job reads it (a failed read fails only its job). */
-  private inputs: CogInputs | undefined;
+  /** Kept for SCHEMA_MAX_AGE_MS once read; until then each job reads it (a failed read fails only its job). */
+  private inputs: { names: CogInputs; readAt: number } | undefined;
 
   constructor(
     private readonly setting: CogServerSetting,
@@ -52,16 +58,19 @@ export class CogServer implements EngineServer<CogRoute> {
   async close(): Promise<void> {}
 
   private async modelInputs(signal: AbortSignal | undefined): Promise<CogInputs> {
-    this.inputs ??= await this.readInputs(signal);
-    return this.inputs;
+    if (!this.inputs || Date.now() - this.inputs.readAt > SCHEMA_MAX_AGE_MS) {
+      this.inputs = { names: await this.readInputs(signal), readAt: Date.now() };
+    }
+    return this.inputs.names;
   }
 
   private async readInputs(signal: AbortSignal | undefined): Promise<CogInputs> {
     const schema = await this.http.json<CogOpenApi>({ method: 'GET', path: '/openapi.json', signal });
     const properties = schema.components?.schemas?.Input?.properties;
     if (typeof properties !== 'object' || properties === null) {
-      const message = `The model at ${this.setting.url} publishes no input schema (components.schemas.Input in /openapi.json).`;
-      throw engineFailed(message, message);
+      const what = 'publishes no input schema (components.schemas.Input in /openapi.json).';
+      // The server's address stays in the log.
+      throw engineFailed(`The model at ${this.setting.url} ${what}`, `The model ${what}`);
     }
     return new Set(Object.keys(properties));
   }
