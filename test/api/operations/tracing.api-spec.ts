@@ -199,6 +199,36 @@ describe('traces', () => {
     });
   });
 
+  describe('with a worker stopped past SHUTDOWN_TIMEOUT_MS', () => {
+    it('exports the stopped attempt: its engine span, ended stopped, before the process exits', async () => {
+      world.fake.behave(() => ({ kind: 'succeed', delayMs: 60_000 }));
+      try {
+        const sut = await world.processes.start('all', {
+          OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+          SHUTDOWN_TIMEOUT_MS: '500',
+          ...QUICK_EXPORT,
+          ...cogEngine(world.fake),
+        });
+        const { key } = await createUser(world.env);
+        const id = await submit(sut.baseUrl, key, await uniqueImage());
+        await world.fake.waitFor((f) => f.inFlight().length === 1, 'the job to be in the engine');
+
+        expect(await world.processes.stop(sut)).toBe(0);
+
+        const attempt = receiver.spans.find(
+          (span) => span.name === 'process generation' && span.attributes['igs.item_id'] === id,
+        );
+        const engine = receiver.spans.find(
+          (span) => span.name === 'engine generate' && span.parentSpanId === attempt?.spanId,
+        );
+        expect(engine?.attributes['igs.outcome']).toBe('stopped');
+      } finally {
+        world.fake.behave(() => ({ kind: 'succeed' }));
+      }
+    }, 60_000);
+  });
+
   describe('with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf', () => {
     it('sends the job’s spans as protobuf', async () => {
       const protobuf = await startOtlpReceiver();
