@@ -6,10 +6,11 @@ import { IdempotencyKeys } from './idempotency.js';
 import { UsersModule } from '../users/users.module.js';
 import { CreationRateLimit, UserLimits } from './limits.js';
 import { UploadParser } from './upload.js';
+import { UploadLeftovers } from './upload-leftovers.js';
 
 @Module({
   imports: [JobsModule, UsersModule],
   controllers: [GenerationController],
-  providers: [GenerationService, UploadParser, IdempotencyKeys, CreationRateLimit, UserLimits],
+  providers: [GenerationService, UploadParser, UploadLeftovers, IdempotencyKeys, CreationRateLimit, UserLimits],
 })
 export class GenerationModule {}
