@@ -1,4 +1,7 @@
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import sharp, { type Metadata } from 'sharp';
 import type { ComfyRoute, ComfyServerSetting, ComfyWorkflow } from '../../src/config/engine-settings.js';
 import {
@@ -295,6 +298,22 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     expect(fake.wsConnections).toHaveLength(1);
     expect(new Set(fake.prompts.map(({ clientId }) => clientId)).size).toBe(1);
     for (const reported of progress) expect(reported.length).toBeGreaterThanOrEqual(fake.switches.steps);
+  });
+
+  it('is up while the server answers its system stats, and down for any other page or none', async () => {
+    const page = createServer((_request, response) => response.writeHead(200).end('<html>Maintenance</html>'));
+    page.listen(0, '127.0.0.1');
+    await once(page, 'listening');
+    const notComfy = serverFor(`http://127.0.0.1:${(page.address() as AddressInfo).port}`);
+    try {
+      expect(await server.probe(AbortSignal.timeout(2000))).toBe(true);
+      expect(await notComfy.probe(AbortSignal.timeout(2000))).toBe(false);
+      await fake.down();
+      expect(await server.probe(AbortSignal.timeout(2000))).toBe(false);
+    } finally {
+      await notComfy.close();
+      page.close();
+    }
   });
 
   it('follows the prompt an earlier attempt queued instead of queueing it again, even from another process', async () => {

@@ -41,11 +41,17 @@ export class ComfyServer implements EngineServer<ComfyRoute> {
     return new ComfyEngine(route, { http: this.http, socket: this.socket });
   }
 
-  /** `GET /system_stats` answering means up. */
+  /** `GET /system_stats` answering as ComfyUI does (its `system` facts) means up. */
   async probe(signal: AbortSignal): Promise<boolean> {
     try {
-      await this.http.request({ method: 'GET', path: '/system_stats', retry: false, signal });
-      return true;
+      const stats = await this.http.json<{ system?: unknown }>({
+        method: 'GET',
+        path: '/system_stats',
+        retry: false,
+        signal,
+      });
+      // ComfyUI's own answer, not any page that answers 200 at that address (a proxy's, a maintenance page).
+      return typeof stats.system === 'object' && stats.system !== null;
     } catch {
       return false;
     }
