@@ -108,5 +108,6 @@ describe('the routing file at boot', () => {
     expect(output).toContain(
       `ENGINES_FILE ${path}: routes.fashion_swap.inputs: the tool's required input "clothes" is not mapped`,
     );
-  });
+    // A process's start (its modules loaded, then the check) takes seconds on a busy machine.
+  }, 30_000);
 });

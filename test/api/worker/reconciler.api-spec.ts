@@ -54,7 +54,7 @@ describe('the reconciler', () => {
    * queue: the API stopped between its insert and its enqueue.
    */
   async function insertOrphan(clothes: Buffer, ageSeconds: number): Promise<string> {
-    const { env, queue, userId } = block;
+    const { env, userId } = block;
     const id = randomUUID();
     const { width, height } = await sharp(clothes).metadata();
     await mkdir(env.serviceEnv.INPUT_ROOT, { recursive: true });
@@ -67,7 +67,7 @@ describe('the reconciler', () => {
                now() - make_interval(secs => $5), now() - make_interval(secs => $5))`,
       [id, userId, TOOL, JSON.stringify(inputs), ageSeconds],
     );
-    expect(await queue.getJob(id)).toBeNull();
+    // No job was queued for it: only the reconciler may queue one, and its sweep may already have come.
     return id;
   }
 
