@@ -7,6 +7,7 @@ import { Metrics } from '../metrics/metrics.js';
 import { JobQueue } from '../queue/job-queue.js';
 import { WebhookQueue } from '../queue/webhook-queue.js';
 import { REDIS } from '../redis/redis.module.js';
+import { takeRound } from './round-lock.js';
 
 /** An item this young may still be between its insert and its enqueue in the API. */
 const ORPHAN_GRACE_SECONDS = 10;
@@ -52,8 +53,9 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
   }
 
   async sweep(): Promise<{ requeued: number; timedOut: number }> {
-    const lock = await this.redis.set('reconciler:lock', '1', 'PX', this.config.reconcileIntervalMs, 'NX');
-    if (!lock) return { requeued: 0, timedOut: 0 };
+    if ((await takeRound(this.redis, 'reconciler:lock', this.config.reconcileIntervalMs)) === undefined) {
+      return { requeued: 0, timedOut: 0 };
+    }
     const timedOut = await this.expireOverdue();
     const orphans = await this.requeueOrphans();
     this.metrics.countReconciled('requeue', orphans);

@@ -4,14 +4,13 @@ import type { Redis } from 'ioredis';
 import { AppConfig } from '../config/config.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { REDIS } from '../redis/redis.module.js';
+import { takeRound } from './round-lock.js';
 
 /**
  * Items removed per round trip: each batch is one read and one delete of a few hundred rows, so the counts rows
  * a delete locks (`history_counts`, shared with the jobs ending meanwhile) are held only briefly.
  */
 const BATCH = 200;
-/** A round's share of the sweep interval. */
-const ROUND_SHARE = 0.9;
 
 /**
  * Removes final items HISTORY_RETENTION after they ended, with their files, as their users' deletes would
@@ -57,14 +56,9 @@ export class RetentionSweep implements OnApplicationBootstrap, OnApplicationShut
   async sweep(): Promise<number> {
     const retentionMs = this.config.historyRetentionMs;
     if (retentionMs === undefined) return 0;
-    // A round, and its lock, end a tenth of the interval before the next tick, so that the next tick (on this worker
-    // or another) finds the lock gone: a lock as long as the interval outlived the next tick by its own round trip,
-    // and every other round was skipped.
-    const roundMs = Math.ceil(this.config.retentionSweepIntervalMs * ROUND_SHARE);
-    const lock = await this.redis.set('retention:lock', '1', 'PX', roundMs, 'NX');
-    if (!lock) return 0;
-    // The round ends with the lock: past it, another worker may start the next one.
-    const roundEnd = Date.now() + roundMs;
+    // The round ends with its lock: past it, another worker may start the next one.
+    const roundEnd = await takeRound(this.redis, 'retention:lock', this.config.retentionSweepIntervalMs);
+    if (roundEnd === undefined) return 0;
     let removed = 0;
     let batch: number;
     do {
