@@ -131,8 +131,11 @@ export function readEnginesFile(path: string, env: NodeJS.ProcessEnv): { file: E
 class EnginesFileReader {
   private readonly problems: string[] = [];
   private readonly servers = new Map<string, EngineServerSetting>();
-  /** The kind of each engine refused for a problem of its own: its routes are still checked, against that kind. */
-  private readonly refused = new Map<string, EngineServerSetting['kind']>();
+  /**
+   * Every engine the file names, with its kind when that is known: a route to an engine refused for a problem of its
+   * own is still checked against its kind, so that one run shows every problem.
+   */
+  private readonly kinds = new Map<string, EngineServerSetting['kind'] | undefined>();
   private readonly routes: RouteSetting[] = [];
 
   constructor(
@@ -178,14 +181,13 @@ class EnginesFileReader {
     const at = `engines.${name}`;
     const kind = raw.kind as EngineServerSetting['kind'];
     if (!['cog', 'replicate', 'comfyui'].includes(kind)) {
+      this.kinds.set(name, undefined);
       this.problems.push(`${at}.kind: must be one of cog, replicate, comfyui, got ${JSON.stringify(raw.kind)}`);
       return;
     }
+    this.kinds.set(name, kind);
     const server = this.substitute(raw, at);
-    if (!this.check(`server:${kind}`, server, at)) {
-      this.refused.set(name, kind);
-      return;
-    }
+    if (!this.check(`server:${kind}`, server, at)) return;
     const common = {
       name,
       concurrency: (server.concurrency as number | undefined) ?? DEFAULT_CONCURRENCY,
@@ -225,16 +227,14 @@ class EnginesFileReader {
       this.problems.push(`${at}.engine: must be the name of an engine under engines`);
       return;
     }
-    // A route to an engine refused for a problem of its own is still checked, so that one run shows every problem.
-    const kind = this.servers.get(engine)?.kind ?? this.refused.get(engine);
-    if (!kind) {
-      // An engine of an unknown kind, refused above, is not reported again as unknown.
-      if (!this.problems.some((problem) => problem.startsWith(`engines.${engine}.`))) {
-        const names = [...this.servers.keys(), ...this.refused.keys()].join(', ') || 'none';
-        this.problems.push(`${at}.engine: there is no engine "${engine}" under engines (engines: ${names})`);
-      }
+    if (!this.kinds.has(engine)) {
+      const names = [...this.kinds.keys()].join(', ') || 'none';
+      this.problems.push(`${at}.engine: there is no engine "${engine}" under engines (engines: ${names})`);
       return;
     }
+    // An engine of an unknown kind was reported above; its routes cannot be checked.
+    const kind = this.kinds.get(engine);
+    if (!kind) return;
     if (!this.check(`route:${kind}`, raw, at)) return;
     const base = {
       key,
@@ -245,9 +245,9 @@ class EnginesFileReader {
     };
     const inputs = raw.inputs as Record<string, unknown>;
     this.checkInputNames(tool, inputs, `${at}.inputs`);
+    if (kind !== 'comfyui') this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
     switch (kind) {
       case 'cog': {
-        this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
         const route: CogRoute = {
           ...base,
           kind: 'cog',
@@ -263,7 +263,6 @@ class EnginesFileReader {
           this.problems.push(`${at}: set either model (owner/name) or version (64 hex digits), not both or neither`);
           return;
         }
-        this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
         const route: ReplicateRoute = {
           ...base,
           kind: 'replicate',

@@ -35,6 +35,7 @@ const FIELD_NAME_MAX_BYTES = 100;
 /** The form's own fields, beside the tool's inputs: always text. */
 const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url'];
 const WEBHOOK_URL_MAX_CHARS = 2048;
+const WEBHOOK_URL_TOO_LONG = `must be at most ${WEBHOOK_URL_MAX_CHARS} characters`;
 /** `prompt` is at most 1000 characters, i.e. at most 4000 bytes of UTF-8. */
 const FIELD_VALUE_MAX_BYTES = 4000;
 
@@ -117,9 +118,10 @@ export class UploadParser {
       fileFields.set(file.fieldname, file);
     }
     // A file sent for one of these would be dropped, never stored nor removed with the job.
-    for (const name of FORM_FIELDS.filter((field) => fileFields.has(field))) {
-      throw new DomainError('validation_failed', `The form field "${name}" must be text, not a file.`, {
-        errors: [{ field: name, message: 'must be text, not a file' }],
+    const fileForText = FORM_FIELDS.find((field) => fileFields.has(field));
+    if (fileForText) {
+      throw new DomainError('validation_failed', `The form field "${fileForText}" must be text, not a file.`, {
+        errors: [{ field: fileForText, message: 'must be text, not a file' }],
       });
     }
 
@@ -194,14 +196,13 @@ export class UploadParser {
   }
 
   private webhookUrlProblem(url: string): string | undefined {
-    const tooLong = `must be at most ${WEBHOOK_URL_MAX_CHARS} characters`;
-    if (url.length > WEBHOOK_URL_MAX_CHARS) return tooLong;
+    if (url.length > WEBHOOK_URL_MAX_CHARS) return WEBHOOK_URL_TOO_LONG;
     const problem = webhookUrlProblem(url, {
       allowHttp: this.config.webhookAllowHttp,
       allowPrivateNetworks: this.config.webhookAllowPrivateNetworks,
     });
     if (problem) return problem;
-    if (new URL(url).href.length > WEBHOOK_URL_MAX_CHARS) return `${tooLong} once encoded`;
+    if (new URL(url).href.length > WEBHOOK_URL_MAX_CHARS) return `${WEBHOOK_URL_TOO_LONG} once encoded`;
     return undefined;
   }
 
@@ -308,8 +309,7 @@ function multipartError(error: unknown, config: AppConfig): DomainError {
       case 'LIMIT_FIELD_COUNT':
         return new DomainError('payload_too_large', `At most ${config.uploadMaxParts} parts per request.`);
       case 'LIMIT_FIELD_VALUE':
-        if (error.field === 'webhook_url')
-          return invalidWebhookUrl(`must be at most ${WEBHOOK_URL_MAX_CHARS} characters`);
+        if (error.field === 'webhook_url') return invalidWebhookUrl(WEBHOOK_URL_TOO_LONG);
         return new DomainError('validation_failed', `The field "${error.field}" is too long.`, {
           errors: [{ field: error.field ?? 'field', message: 'too long' }],
         });
