@@ -69,9 +69,11 @@ export class EngineSlots {
   }
 
   /**
-   * One job's turn on its engine, and the engine's timeout that starts with it: the slot the engine takes when it hands
-   * the job to its model server (none for an engine without `concurrency`, whose timeout starts at once), the signal
-   * that fires `timeoutMs` after that, and `end` to free what is held once the job is over.
+   * One job's turn on its engine, and the engine's timeout: the slot the engine takes when it hands the job to its model
+   * server (none for an engine without `concurrency`), the signal that fires once the job has been with its engine
+   * `timeoutMs`, and `end` to free what is held once the job is over. The clock stops while the job waits for a slot,
+   * whose length is other jobs' doing, and runs through the rest: a schema read or an upload that never ends times out
+   * like the model.
    */
   turn(
     engine: { engineName: string; concurrency: number | undefined; timeoutMs: number },
@@ -79,12 +81,21 @@ export class EngineSlots {
     stopped: AbortSignal,
   ): { slot: EngineSlot | undefined; deadline: AbortSignal; end: () => Promise<void> } {
     const deadline = new AbortController();
+    let left = engine.timeoutMs;
+    let runningSince = 0;
     let timer: NodeJS.Timeout | undefined;
+    let ended = false;
     const startClock = () => {
-      timer ??= setTimeout(
+      if (ended) return;
+      runningSince = performance.now();
+      timer = setTimeout(
         () => deadline.abort(new DOMException('The engine did not answer in time.', 'TimeoutError')),
-        engine.timeoutMs,
+        left,
       );
+    };
+    const stopClock = () => {
+      clearTimeout(timer);
+      left -= performance.now() - runningSince;
     };
     const { concurrency } = engine;
     let taking: Promise<() => Promise<void>> | undefined;
@@ -101,17 +112,26 @@ export class EngineSlots {
         ? undefined
         : {
             take: async () => {
-              taking ??= this.acquire(engine.engineName, concurrency, jobId, stopped);
-              await taking;
-              startClock();
+              if (taking) {
+                await taking;
+                return;
+              }
+              stopClock();
+              taking = this.acquire(engine.engineName, concurrency, jobId, stopped);
+              try {
+                await taking;
+              } finally {
+                startClock();
+              }
             },
             free,
           };
-    if (!slot) startClock();
+    startClock();
     return {
       slot,
       deadline: deadline.signal,
       end: async () => {
+        ended = true;
         clearTimeout(timer);
         await free();
       },

@@ -114,7 +114,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     });
     const stopped = AbortSignal.any([this.shutdown.signal, endedElsewhere.signal]);
     const progress = this.progress.start({ id, userId: item.userId });
-    // A job waiting for its engine's slot stays pending; the engine's timeout starts once it has one.
+    // A job waiting for its engine's slot stays pending; the engine's timeout does not run while it waits.
     const turn = this.slots.turn(route, id, stopped);
 
     try {

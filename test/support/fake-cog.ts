@@ -15,7 +15,7 @@
  * - `crates/coglet/src/prediction.rs` (`build_state_snapshot`) and `crates/coglet/src/health.rs`.
  *
  * Switches for each way the real one fails: the model's error, an HTTP status, a slow run, a run that never ends
- * (until canceled), a dropped connection, and the server down (`close()`). It records every HTTP call, every
+ * (until canceled), a dropped connection, a schema that fails or never comes, and the server down (`close()`). It records every HTTP call, every
  * prediction (inputs by the model's names, images by sha256), every cancel received and how each prediction ended.
  */
 import { createHash } from 'node:crypto';
@@ -117,8 +117,8 @@ export interface FakeCog {
   behave(behaviour: FakeCogBehaviour): void;
   /** Replaces the model's input schema. */
   setSchema(schema: FakeCogSchema): void;
-  /** Makes `GET /openapi.json` answer this status (or the schema again, with `undefined`). */
-  failSchema(status: number | undefined): void;
+  /** Makes `GET /openapi.json` answer this status, or never answer (`hang`), or the schema again (`undefined`). */
+  failSchema(status: number | 'hang' | undefined): void;
   /** The predictions whose inputs include an image with exactly these bytes. */
   requestsFor(image: Buffer): FakeCogRequest[];
   /** Predictions still running, their client still there. */
@@ -161,7 +161,7 @@ export async function startFakeCog(
 ): Promise<FakeCog> {
   let current = behaviour;
   let schema = options.schema ?? catalogSchema();
-  let schemaFailure: number | undefined;
+  let schemaFailure: number | 'hang' | undefined;
   const concurrency = options.concurrency ?? 1;
   const requests: FakeCogRequest[] = [];
   const calls: FakeCogCall[] = [];
@@ -457,6 +457,7 @@ export async function startFakeCog(
       });
     }
     if (path === '/openapi.json' && method === 'GET') {
+      if (schemaFailure === 'hang') return;
       if (schemaFailure !== undefined)
         return send(response, call, schemaFailure, { error: 'OpenAPI schema not available' });
       return send(response, call, 200, openapi());

@@ -15,7 +15,12 @@ import type { RunningService } from '../../support/service.js';
 /** The model server's slots, as the routing file gives them. */
 const CONCURRENCY = 2;
 const JOBS = 8;
-const MODEL_MS = 400;
+const MODEL_MS = 600;
+/**
+ * The routing file's `timeout`, where a test sets one: more than a job's own time on the model, less than the last
+ * of JOBS jobs waits for a slot when every job is taken at once (JOBS / CONCURRENCY - 1 runs of MODEL_MS).
+ */
+const TIMEOUT_MS = 1500;
 
 /**
  * An engine's `concurrency` holds across worker processes: the jobs beyond it wait, `pending`, whichever worker took
@@ -50,14 +55,16 @@ describe('engine slots across worker processes', () => {
   }, 60_000);
 
   /** The fake's routing with its slots at CONCURRENCY, whatever the fake itself could take. */
-  function routing(): Record<string, string> {
-    return cogEngine({ ...fake, concurrency: CONCURRENCY });
+  function routing(timeoutMs?: number): Record<string, string> {
+    return cogEngine({ ...fake, concurrency: CONCURRENCY }, { timeoutMs });
   }
 
-  it(`never has more than ${CONCURRENCY} jobs on the model server with two workers, the others waiting pending`, async () => {
+  it(`never has more than ${CONCURRENCY} jobs on the model server with two workers, the others waiting pending and not timed out`, async () => {
+    // Every job taken at once: all but CONCURRENCY of them wait for a slot, the last ones longer than TIMEOUT_MS.
+    const settings = { ...routing(TIMEOUT_MS), WORKER_CONCURRENCY: String(JOBS / 2) };
     const workers = await Promise.all([
-      world.processes.start('worker', routing()),
-      world.processes.start('worker', routing()),
+      world.processes.start('worker', settings),
+      world.processes.start('worker', settings),
     ]);
     const sampler = setInterval(() => (mostAtOnce = Math.max(mostAtOnce, fake.inFlight().length)), 10);
     try {
@@ -84,6 +91,27 @@ describe('engine slots across worker processes', () => {
       await Promise.all(workers.map((worker) => world.processes.stop(worker)));
     }
   }, 90_000);
+
+  it("times an attempt out on a schema read that never ends, the engine's timeout not waiting for a slot", async () => {
+    const worker = await world.processes.start('worker', routing(TIMEOUT_MS));
+    fake.failSchema('hang');
+    const callsBefore = fake.calls.length;
+    try {
+      const clothes = await uniqueImage();
+      const id = await submit(api.baseUrl, key, clothes);
+      const item = await final(api.baseUrl, key, id, 30_000);
+
+      expect(item).toMatchObject({ status: 'error', error: { code: 'timeout' } });
+      // The timeout ended each of the job's three attempts (JOB_ATTEMPTS' default) at its first read, instead of each
+      // of the read's own three tries timing out in turn.
+      const schemaReads = fake.calls.slice(callsBefore).filter((call) => call.path === '/openapi.json');
+      expect(schemaReads).toHaveLength(3);
+      expect(fake.requestsFor(clothes)).toEqual([]);
+    } finally {
+      fake.failSchema(undefined);
+      await world.processes.stop(worker);
+    }
+  }, 60_000);
 
   it('frees the slots of a worker killed while its jobs ran, for other jobs', async () => {
     const doomed = await world.processes.start('worker', routing());
