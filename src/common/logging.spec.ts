@@ -23,12 +23,14 @@ function exchange(url: string, headers: Record<string, string> = {}) {
   const sent: Record<string, unknown> = {};
   const response = Object.assign(new EventEmitter(), {
     statusCode: 200,
+    headersSent: false,
     writableFinished: false,
     setHeader: (name: string, value: unknown) => (sent[name.toLowerCase()] = value),
     getHeader: (name: string) => sent[name.toLowerCase()],
   });
   const finish = (statusCode: number) => {
     response.statusCode = statusCode;
+    response.headersSent = true;
     response.writableFinished = true;
     response.emit('close');
   };
@@ -37,7 +39,11 @@ function exchange(url: string, headers: Record<string, string> = {}) {
     response: response as unknown as ServerResponse,
     sent,
     finish,
-    abort: () => response.emit('close'),
+    /** The connection gone before an answer was sent, with the status the handler had set, if any. */
+    abort: (statusCode?: number) => {
+      if (statusCode !== undefined) response.statusCode = statusCode;
+      response.emit('close');
+    },
   };
 }
 
@@ -144,7 +150,7 @@ describe('requestLogging', () => {
     requestLogging(logger)(failed.request, failed.response, () => {});
     requestLogging(logger)(dropped.request, dropped.response, () => {});
     failed.finish(503);
-    dropped.abort();
+    dropped.abort(201);
     await flush();
 
     expect(lines).toEqual([
@@ -159,6 +165,7 @@ describe('requestLogging', () => {
         req: expect.objectContaining({ url: '/generation/generate_image_v2/' }),
       }),
     ]);
+    expect(lines[1]).not.toHaveProperty('res');
   });
 
   it('logs an event stream its client closed as closed, not as an error', async () => {

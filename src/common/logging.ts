@@ -69,7 +69,8 @@ export function requestLogging(logger: Pino) {
       logger[level](
         {
           req: { id: request.id, method: request.method, url: maskApiKeys((request.url ?? '').split('?')[0]) },
-          res: { statusCode: response.statusCode },
+          // A status set for an answer the connection went before (201 on a cut-off upload) is not what was sent.
+          ...(response.headersSent && { res: { statusCode: response.statusCode } }),
           responseTime: Math.round(performance.now() - started),
         },
         response.writableFinished ? 'request completed' : streamed ? 'event stream closed' : 'request aborted',
