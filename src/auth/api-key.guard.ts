@@ -1,7 +1,7 @@
 import { type CanActivate, type ExecutionContext, Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { DomainError } from '../common/problem.js';
-import { ApiKeyService } from './api-key.service.js';
+import { ApiKeyService, bearerKey } from './api-key.service.js';
 import { AuthFailureLimit } from './auth-failures.js';
 import { IS_PUBLIC } from '../common/public.js';
 import { type AuthenticatedRequest } from './auth.decorators.js';
@@ -24,14 +24,14 @@ export class ApiKeyGuard implements CanActivate {
 
     const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
     this.failures.assertAllowed(request.ip);
-    const match = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '');
-    if (!match) {
+    const key = bearerKey(request.headers.authorization);
+    if (key === undefined) {
       await this.failures.recordFailure(request.ip);
       throw new DomainError('unauthorized', 'Send an API key as "Authorization: Bearer <api_key>".', {
         headers: { 'WWW-Authenticate': 'Bearer' },
       });
     }
-    const principal = await this.apiKeys.authenticate(match[1]);
+    const principal = await this.apiKeys.authenticate(key);
     if (!principal) {
       await this.failures.recordFailure(request.ip);
       throw new DomainError('unauthorized', 'The API key is unknown or revoked.', {

@@ -1,9 +1,14 @@
 import { Injectable } from '@nestjs/common';
 import { LRUCache } from 'lru-cache';
 import { AppConfig } from '../config/config.js';
-import type { Principal } from './auth.decorators.js';
+import type { AuthenticatedRequest, Principal } from './auth.decorators.js';
 import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from '../common/api-key.js';
 import { ApiKeyRepository } from './api-key.repository.js';
+
+/** The key of an `Authorization: Bearer <api_key>` header, if that is what the header is. */
+export function bearerKey(authorization: string | undefined): string | undefined {
+  return /^Bearer +(\S+) *$/i.exec(authorization ?? '')?.[1];
+}
 
 export interface ApiKeyListing {
   prefix: string;
@@ -54,6 +59,16 @@ export class ApiKeyService {
     const revoked = await this.keys.revoke(lookupPrefix(keyOrPrefix));
     this.cache.clear();
     return revoked;
+  }
+
+  /**
+   * Whether the key a request was let in with still lets its user in, asked again by answers that outlive the
+   * request (an event stream): a revoked key, or a removed user, fails it once AUTH_CACHE_TTL_MS has passed.
+   */
+  recheck(request: AuthenticatedRequest): () => Promise<boolean> {
+    const key = bearerKey(request.headers.authorization);
+    const { userId } = request.principal;
+    return async () => key !== undefined && (await this.authenticate(key))?.userId === userId;
   }
 
   async authenticate(key: string): Promise<Principal | undefined> {

@@ -9,17 +9,21 @@ const RECONNECT_SPREAD_MS = 1000;
 /**
  * One Server-Sent Events answer (`text/event-stream`). Events are written as they come; a comment line every
  * `heartbeatMs` keeps proxies and load balancers from closing a quiet stream. When `draining` fires (the process is
- * shutting down), the stream ends with a `reconnect` event. `onClose` runs once, whoever closes it: the client going
- * away, `end()` or the drain.
+ * shutting down), the stream ends with a `reconnect` event. Every `access.everyMs` the stream asks whether its
+ * client may still read it, and ends if not (the client that reconnects is then refused); a check that fails keeps
+ * it, as an outage should not end every stream at once. `onClose` runs once, whoever closes it: the client going
+ * away, `end()`, the drain or the access check.
  */
 export class EventStream {
   private closed = false;
   private readonly heartbeat: NodeJS.Timeout;
+  private readonly accessCheck: NodeJS.Timeout;
 
   constructor(
     private readonly response: ServerResponse,
     heartbeatMs: number,
     draining: AbortSignal,
+    access: { allowed: () => Promise<boolean>; everyMs: number },
     onClose: () => void,
   ) {
     response.writeHead(200, {
@@ -30,11 +34,18 @@ export class EventStream {
     });
     response.flushHeaders();
     this.heartbeat = setInterval(() => this.comment('keep-alive'), heartbeatMs);
+    this.accessCheck = setInterval(() => {
+      access.allowed().then(
+        (allowed) => allowed || this.end(),
+        () => undefined,
+      );
+    }, access.everyMs);
     const reconnect = () => this.reconnect();
     draining.addEventListener('abort', reconnect, { once: true });
     response.once('close', () => {
       this.closed = true;
       clearInterval(this.heartbeat);
+      clearInterval(this.accessCheck);
       draining.removeEventListener('abort', reconnect);
       onClose();
     });

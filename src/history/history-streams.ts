@@ -9,6 +9,13 @@ import { JobEvents, type WatchedEvent } from '../jobs/job-events.js';
 import { JobProgress } from '../jobs/job-progress.js';
 import { HistoryItemDto } from '../jobs/history-item.dto.js';
 
+/**
+ * Whether the stream's client may still read it (its key not revoked, its user not removed). Asked no more often
+ * than this, nor than a key's cached authentication lasts (AUTH_CACHE_TTL_MS).
+ */
+export type StreamAccess = () => Promise<boolean>;
+const ACCESS_CHECK_MIN_MS = 1000;
+
 /** Event streams of a user's history: one item until it is final, or every change of all the user's items. */
 @Injectable()
 export class HistoryStreams {
@@ -26,7 +33,7 @@ export class HistoryStreams {
    * The item as it is now, then again on each change, until it is final or gone. Watching starts before the first
    * read, so a change committed in between is not missed; an unchanged item is not sent twice.
    */
-  async followItem(userId: string, id: string, response: ServerResponse): Promise<void> {
+  async followItem(userId: string, id: string, response: ServerResponse, access: StreamAccess): Promise<void> {
     // Changes may be announced before the stream is open; they are read once it is.
     const open: { stream?: EventStream } = {};
     let sent: HistoryItemDto | undefined;
@@ -70,12 +77,12 @@ export class HistoryStreams {
       unwatch();
       throw error;
     }
-    open.stream = new EventStream(response, this.config.eventStreamHeartbeatMs, this.draining.signal, unwatch);
+    open.stream = this.open(response, access, unwatch);
     refresh();
   }
 
   /** Every change of the user's items from now on, open-ended: new and ended items, and deletions. */
-  async followUser(userId: string, response: ServerResponse): Promise<void> {
+  async followUser(userId: string, response: ServerResponse, access: StreamAccess): Promise<void> {
     let reading = Promise.resolve();
     const onEvent = (event: WatchedEvent) => {
       // After a gap in the fan-out a history page lists its items again; a stream cannot say what was missed.
@@ -97,8 +104,19 @@ export class HistoryStreams {
       });
     };
     const unwatch = await this.events.watch({ userId }, onEvent);
-    const stream = new EventStream(response, this.config.eventStreamHeartbeatMs, this.draining.signal, unwatch);
+    const stream = this.open(response, access, unwatch);
     // Nothing else may come for a while: clients and proxies see at once that the stream is open.
     stream.comment('stream open');
+  }
+
+  private open(response: ServerResponse, access: StreamAccess, onClose: () => void): EventStream {
+    const everyMs = Math.max(this.config.authCacheTtlMs, ACCESS_CHECK_MIN_MS);
+    return new EventStream(
+      response,
+      this.config.eventStreamHeartbeatMs,
+      this.draining.signal,
+      { allowed: access, everyMs },
+      onClose,
+    );
   }
 }

@@ -13,7 +13,8 @@ import {
   Res,
 } from '@nestjs/common';
 import type { Request, Response } from 'express';
-import { CurrentUser, type Principal } from '../auth/auth.decorators.js';
+import { ApiKeyService } from '../auth/api-key.service.js';
+import { type AuthenticatedRequest, CurrentUser, type Principal } from '../auth/auth.decorators.js';
 import { Draining } from '../common/draining.js';
 import { holdOpen, preferredWait } from '../common/prefer.js';
 import { DomainError } from '../common/problem.js';
@@ -45,6 +46,7 @@ export class HistoryController {
     private readonly streams: HistoryStreams,
     private readonly config: AppConfig,
     private readonly draining: Draining,
+    private readonly apiKeys: ApiKeyService,
   ) {}
 
   @Get()
@@ -73,8 +75,13 @@ export class HistoryController {
   }
 
   @Get(':id/events')
-  async events(@CurrentUser() user: Principal, @HistoryItemId() id: string, @Res() response: Response): Promise<void> {
-    await this.streams.followItem(user.userId, id, response);
+  async events(
+    @CurrentUser() user: Principal,
+    @HistoryItemId() id: string,
+    @Req() request: AuthenticatedRequest,
+    @Res() response: Response,
+  ): Promise<void> {
+    await this.streams.followItem(user.userId, id, response, this.apiKeys.recheck(request));
   }
 
   @Post(':id/cancel')
@@ -102,10 +109,17 @@ export class HistoryController {
 /** The caller's whole history as an event stream, for history pages. */
 @Controller('user')
 export class UserEventsController {
-  constructor(private readonly streams: HistoryStreams) {}
+  constructor(
+    private readonly streams: HistoryStreams,
+    private readonly apiKeys: ApiKeyService,
+  ) {}
 
   @Get('events')
-  async events(@CurrentUser() user: Principal, @Res() response: Response): Promise<void> {
-    await this.streams.followUser(user.userId, response);
+  async events(
+    @CurrentUser() user: Principal,
+    @Req() request: AuthenticatedRequest,
+    @Res() response: Response,
+  ): Promise<void> {
+    await this.streams.followUser(user.userId, response, this.apiKeys.recheck(request));
   }
 }

@@ -1,6 +1,8 @@
+import { randomUUID } from 'node:crypto';
 import { generateApiKey, hashApiKey, lookupPrefix } from '../../../src/common/api-key.js';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
+import { openStream } from '../../support/event-stream.js';
 import { createUserWithKey, runCli, type RunningService, startService } from '../../support/service.js';
 
 describe('authentication', () => {
@@ -117,6 +119,36 @@ describe('authentication', () => {
     await expectUnauthorized(response);
     expect(response.headers.get('www-authenticate')).toBe('Bearer error="invalid_token"');
     expect((await getTools({ authorization: `Bearer ${validKey}` })).status).toBe(200);
+  }, 30_000);
+
+  it("ends the event streams a key opened once it is revoked, and not the streams of the user's other keys", async () => {
+    const user = `user-${randomUUID()}`;
+    const revoked = await createUserWithKey(env.databaseUrl, user);
+    const created = await runCli(['keys', 'create', '--user', user], env.serviceEnv);
+    expect(created.code).toBe(0);
+    const kept = created.stdout.trim();
+    secretsSent.push(revoked, kept);
+    const [onRevoked, onKept] = await Promise.all([
+      openStream(`${sut.baseUrl}/user/events`, revoked),
+      openStream(`${sut.baseUrl}/user/events`, kept),
+    ]);
+    let keptEnded = false;
+    void onKept.ended.then(() => (keptEnded = true));
+    try {
+      expect([onRevoked.status, onKept.status]).toEqual([200, 200]);
+
+      expect((await runCli(['keys', 'revoke', lookupPrefix(revoked)], env.serviceEnv)).code).toBe(0);
+
+      // Ends within a second or two (AUTH_CACHE_TTL_MS is 0 here); the test's own timeout is the bound.
+      await onRevoked.ended;
+      expect(keptEnded).toBe(false);
+      // The client reconnecting with the revoked key is refused; the other key's stream is still open.
+      expect((await openStream(`${sut.baseUrl}/user/events`, revoked)).status).toBe(401);
+      expect(keptEnded).toBe(false);
+    } finally {
+      onRevoked.close();
+      onKept.close();
+    }
   }, 30_000);
 
   it('prints no key, key hash or Authorization value', async () => {
