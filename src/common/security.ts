@@ -135,9 +135,10 @@ function corsOptions(origins: readonly string[]): CorsOptions | undefined {
   return {
     origin: [...origins],
     methods: ['GET', 'POST', 'PATCH', 'DELETE'],
-    // X-Request-Id: the service keeps a client's own id, so a frontend can follow one request into the logs.
-    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'X-Request-Id'],
-    exposedHeaders: ['Location', 'Retry-After', 'X-Request-Id'],
+    // X-Request-Id: the service keeps a client's own id, so a frontend can follow one request into the logs. Prefer:
+    // a frontend waits on a job (`Prefer: wait`) and reads whether it did (Preference-Applied).
+    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Prefer', 'X-Request-Id'],
+    exposedHeaders: ['Location', 'Preference-Applied', 'Retry-After', 'X-Request-Id'],
     credentials: false,
     maxAge: 600,
   };

@@ -242,9 +242,10 @@ describe('CORS for configured frontend origins', () => {
 
   it.each([
     ['PATCH', '/user/generation-history/feedback/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44', 'authorization,content-type'],
-    ['POST', '/generation/generate_image_v2/', 'authorization,content-type,idempotency-key'],
+    ['POST', '/generation/generate_image_v2/', 'authorization,content-type,idempotency-key,prefer'],
     ['DELETE', '/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44', 'authorization'],
     ['GET', '/generation/tools', 'authorization'],
+    ['GET', '/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44', 'authorization,prefer'],
   ])(
     'answers a preflight for %s from an allowed origin with the methods and headers it may use',
     async (method, path, headers) => {
@@ -257,7 +258,7 @@ describe('CORS for configured frontend origins', () => {
           expect.arrayContaining(['get', 'post', 'patch', 'delete']),
         );
         expect(list(response.headers.get('access-control-allow-headers'))).toEqual(
-          expect.arrayContaining(['authorization', 'content-type', 'idempotency-key']),
+          expect.arrayContaining(list(headers)),
         );
         expect(response.headers.get('access-control-allow-credentials')).toBeNull();
         expect(list(response.headers.get('vary'))).toContain('origin');
@@ -266,7 +267,7 @@ describe('CORS for configured frontend origins', () => {
     },
   );
 
-  it('lets an allowed origin read the answer and the Location, Retry-After and X-Request-Id headers', async () => {
+  it('lets an allowed origin read the answer and the Location, Preference-Applied, Retry-After and X-Request-Id headers', async () => {
     for (const [path, headers, status] of [
       ['/generation/tools', { Authorization: `Bearer ${apiKey}` }, 200],
       ['/generation/tools', {}, 401],
@@ -277,7 +278,7 @@ describe('CORS for configured frontend origins', () => {
       expect(response.status).toBe(status);
       expect(response.headers.get('access-control-allow-origin')).toBe(ALLOWED[0]);
       expect(list(response.headers.get('access-control-expose-headers'))).toEqual(
-        expect.arrayContaining(['location', 'retry-after', 'x-request-id']),
+        expect.arrayContaining(['location', 'preference-applied', 'retry-after', 'x-request-id']),
       );
       expect(list(response.headers.get('vary'))).toContain('origin');
     }
