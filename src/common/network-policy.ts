@@ -2,9 +2,15 @@ import { BlockList, isIP } from 'node:net';
 
 /**
  * Addresses a webhook must not reach unless the operator allows private networks: loopback, private, link-local
- * (cloud metadata services live there), carrier-grade NAT, multicast, reserved and unspecified ranges.
+ * (cloud metadata services live there), carrier-grade NAT, multicast, reserved and unspecified ranges, and the IPv6
+ * addresses that carry one of those IPv4 addresses (BlockList itself checks IPv4-mapped ones against the IPv4 rules).
  */
 const PRIVATE = new BlockList();
+/**
+ * IPv6 prefixes whose last 32 bits are an IPv4 address: IPv4-compatible (RFC 4291), IPv4-translated (RFC 6145) and
+ * NAT64's well-known prefix (RFC 6052), which a network with NAT64 routes to that IPv4 address.
+ */
+const EMBEDDING_PREFIXES = ['::', '::ffff:0:', '64:ff9b::'];
 for (const [network, prefix] of [
   ['0.0.0.0', 8],
   ['10.0.0.0', 8],
@@ -19,15 +25,29 @@ for (const [network, prefix] of [
   ['240.0.0.0', 4],
 ] as const) {
   PRIVATE.addSubnet(network, prefix, 'ipv4');
+  for (const embedding of EMBEDDING_PREFIXES) PRIVATE.addSubnet(`${embedding}${network}`, 96 + prefix, 'ipv6');
+  PRIVATE.addSubnet(sixToFour(network), 16 + prefix, 'ipv6');
 }
 for (const [network, prefix] of [
   ['::', 128],
   ['::1', 128],
+  // Discard-only, Teredo (its IPv4 addresses are obscured), documentation, NAT64 for local use, site-local.
+  ['100::', 64],
+  ['2001::', 32],
+  ['2001:db8::', 32],
+  ['64:ff9b:1::', 48],
+  ['fec0::', 10],
   ['fc00::', 7],
   ['fe80::', 10],
   ['ff00::', 8],
 ] as const) {
   PRIVATE.addSubnet(network, prefix, 'ipv6');
+}
+
+/** The 6to4 (RFC 3056) prefix of an IPv4 address: `2002:` and the address's 32 bits, which relays route to it. */
+function sixToFour(ipv4: string): string {
+  const [a, b, c, d] = ipv4.split('.').map(Number);
+  return `2002:${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}::`;
 }
 
 /** Whether an IP address (v4 or v6, IPv4-mapped v6 included) is one a webhook must not reach. */
