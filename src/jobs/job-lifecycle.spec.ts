@@ -4,10 +4,12 @@ import type { AppConfig } from '../config/config.js';
 import type { ObjectStore } from '../media/object-store.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { JobQueue } from '../queue/job-queue.js';
+import type { WebhookQueue } from '../queue/webhook-queue.js';
 import type { JobStatus, StoredInput } from './history-item.entity.js';
 import type { EndedRow, HistoryRepository, NewHistoryItem } from './history.repository.js';
 import { type JobEvent, JobEvents } from './job-events.js';
 import { JobLifecycle } from './job-lifecycle.js';
+import type { JobProgress } from './job-progress.js';
 
 /** Everything the fakes below are asked to do, in order: the lifecycle's promises are about that order. */
 type Step = string;
@@ -94,10 +96,24 @@ function world(options: { queueDown?: boolean; pendingLimitReached?: boolean; in
   events.subscribe((event) => {
     announced.push(event);
   });
+  const webhooks = {
+    drop: () => {
+      steps.push('drop webhook message');
+      return Promise.resolve(true);
+    },
+  };
+  const progress = {
+    forget: () => {
+      steps.push('forget progress');
+      return Promise.resolve();
+    },
+  };
   const sut = new JobLifecycle(
     items as unknown as HistoryRepository,
     queue as unknown as JobQueue,
+    webhooks as unknown as WebhookQueue,
     events,
+    progress as unknown as JobProgress,
     metrics as unknown as Metrics,
     store('inputs') as unknown as ObjectStore,
     store('media') as unknown as ObjectStore,
@@ -226,7 +242,14 @@ describe('JobLifecycle', () => {
       expect(await sut.delete(USER, ID)).toBe(true);
       await settled();
 
-      expect(steps).toEqual(['delete row', 'drop job', DELETE_INPUTS, `media: delete folder ${ID}`]);
+      expect(steps).toEqual([
+        'delete row',
+        'drop job',
+        'drop webhook message',
+        'forget progress',
+        DELETE_INPUTS,
+        `media: delete folder ${ID}`,
+      ]);
       expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status: 'complete' });
     });
 

@@ -3,9 +3,11 @@ import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
 import { JobQueue } from '../queue/job-queue.js';
+import { WebhookQueue } from '../queue/webhook-queue.js';
 import { inputKeysOf, type JobErrorCode, type JobStatus } from './history-item.entity.js';
 import { type EndedRow, HistoryRepository, type JobRow, type NewHistoryItem } from './history.repository.js';
 import { JobEvents } from './job-events.js';
+import { JobProgress } from './job-progress.js';
 
 /**
  * Items whose files a retention sweep removes at once: enough to overlap storage round trips, few enough to leave
@@ -29,7 +31,9 @@ export class JobLifecycle {
   constructor(
     private readonly items: HistoryRepository,
     private readonly queue: JobQueue,
+    private readonly webhooks: WebhookQueue,
     private readonly events: JobEvents,
+    private readonly progress: JobProgress,
     private readonly metrics: Metrics,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
@@ -103,13 +107,14 @@ export class JobLifecycle {
   }
 
   /**
-   * Deletes a user's item, whatever its state: gone for the client at once. A queued job is dropped; a running one
-   * finds the item gone when it finishes and throws its result away. Resolves false when the user has no such item.
+   * Deletes a user's item, whatever its state: gone for the client at once. A queued job is dropped, and so is a
+   * webhook message still to be sent; a running job finds the item gone when it finishes and throws its result away.
+   * Resolves false when the user has no such item.
    */
   async delete(userId: string, id: string): Promise<boolean> {
     const item = await this.items.deleteOwned(userId, id);
     if (!item) return false;
-    await this.queue.drop(id);
+    await Promise.all([this.queue.drop(id), this.webhooks.drop(id), this.progress.forget(id)]);
     await this.removeFiles(item, { keepOutputs: false });
     this.events.announce({ kind: 'deleted', historyItemId: id, userId, status: item.status });
     return true;

@@ -74,6 +74,11 @@ export class JobProgress {
     return found;
   }
 
+  /** Forgets an item's progress: it is deleted. */
+  async forget(id: string): Promise<void> {
+    await this.redis.del(progressKey(id));
+  }
+
   private publish(job: { id: string; userId: string }, progress: number): void {
     const value = String(Math.round(progress * 1000) / 1000);
     this.redis

@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Queue from 'bull';
+import { Redis } from 'ioredis';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { storedInputs } from '../../support/harness.js';
 import { inputsFor } from '../../support/jobs.js';
@@ -12,8 +13,8 @@ import { type Answer, Client, type ProblemBody, postJob, waitForFinal } from '..
 const MISSING_ID = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
 
 /** Creates a job as a client would (a real upload) and answers its history_item_id. */
-async function createJob(baseUrl: string, apiKey: string): Promise<string> {
-  const response = await postJob(baseUrl, apiKey, await inputsFor('default'));
+async function createJob(baseUrl: string, apiKey: string, fields: Record<string, string> = {}): Promise<string> {
+  const response = await postJob(baseUrl, apiKey, { ...(await inputsFor('default')), ...fields });
   const body = (await response.json()) as { history_item_id: string; status: string };
   if (response.status !== 202) throw new Error(`job creation answered ${response.status}: ${JSON.stringify(body)}`);
   return body.history_item_id;
@@ -54,14 +55,22 @@ describe('DELETE /user/generation-history/{id}', () => {
     let id: string;
     let mediaPaths: string[];
     let deleted: Answer<ProblemBody | undefined>;
+    let webhooks: Queue.Queue;
+    let redis: Redis;
 
     beforeAll(async () => {
+      webhooks = new Queue('webhooks', env.redisUrl, { prefix: `${env.redisPrefix}:bull` });
+      redis = new Redis(env.redisUrl);
       sut = await startService(env.serviceEnv);
       const key = await createUserWithKey(env.databaseUrl);
       client = new Client(sut.baseUrl, key);
-      id = await createJob(sut.baseUrl, key);
+      // A receiver that cannot be reached: its message waits in the queue for its next try.
+      id = await createJob(sut.baseUrl, key, { webhook_url: 'https://hooks.invalid/generation' });
       const item = await waitForFinal(sut.baseUrl, key, id);
       if (item.status !== 'complete') throw new Error(`the job ended ${JSON.stringify(item)}`);
+      if (!(await webhooks.getJob(id))) throw new Error('no webhook message before the delete');
+      if ((await redis.get(`${env.redisPrefix}:progress:${id}`)) === null)
+        throw new Error('no progress before the delete');
       mediaPaths = [item.preview_url!, item.stock_url!];
       // What the delete is to take away is really there.
       for (const path of mediaPaths) {
@@ -75,6 +84,8 @@ describe('DELETE /user/generation-history/{id}', () => {
     }, 60_000);
 
     afterAll(async () => {
+      await webhooks?.close();
+      redis?.disconnect();
       await sut?.stop();
     }, 60_000);
 
@@ -109,6 +120,11 @@ describe('DELETE /user/generation-history/{id}', () => {
       expect(await filesUnder(mediaRoot, id)).toBeUndefined();
       expect(await storedInputs(env, id)).toEqual([]);
       expect(existsSync(join(mediaRoot, id))).toBe(false);
+    });
+
+    it('leaves nothing of it in Redis: no job, no webhook message still to send, no progress', async () => {
+      expect(await webhooks.getJob(id)).toBeNull();
+      expect(await redis.keys(`${env.redisPrefix}:*${id}*`)).toEqual([]);
     });
 
     it('answers a second delete with 404', async () => {
