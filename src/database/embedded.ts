@@ -1,12 +1,16 @@
+import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { Mutex } from 'async-mutex';
 
 /**
  * PostgreSQL in the service's own process: PGlite served over the wire protocol on loopback, so the
  * same `pg` driver, TypeORM and migrations run unchanged. For trying the service, not for production.
+ * Other users of the machine are kept out: the data directory is the owner's alone, and a connection must give the
+ * password kept in it (PASSWORD_FILE), which a local process of the same user (the `igs` command) reads to join.
  *
  * PGlite is one PostgreSQL session, whatever number of sockets reach it. A server that passes each
  * protocol message on as it arrives (pglite-socket does) interleaves the connections' exchanges: one
@@ -29,12 +33,19 @@ export class EmbeddedDatabase {
    * say, when the API key CLI is used beside it) already serves on `port`: PGlite must have one owner.
    */
   static async start(dataDir: string, port: number): Promise<EmbeddedDatabase> {
-    const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
-    if (await isListening(port)) return new EmbeddedDatabase(url, false, async () => {});
+    const passwordFile = join(dataDir, PASSWORD_FILE);
+    const urlWith = (password: string) => `postgres://postgres:${password}@127.0.0.1:${port}/postgres`;
+    if (await isListening(port)) {
+      return new EmbeddedDatabase(urlWith((await readFile(passwordFile, 'utf8')).trim()), false, async () => {});
+    }
     const createdNow = !existsSync(dataDir);
-    await mkdir(dataDir, { recursive: true });
+    await mkdir(dataDir, { recursive: true, mode: 0o700 });
+    // PGlite writes its files readable and writable by everyone: the directory is what keeps others out.
+    await chmod(dataDir, 0o700);
     const db = await PGlite.create(dataDir);
-    const server = await serve(db, port);
+    const password = await passwordOf(passwordFile);
+    const server = await serve(db, port, password);
+    const url = urlWith(password);
     return new EmbeddedDatabase(url, createdNow, async () => {
       await server.close();
       await db.close();
@@ -43,6 +54,20 @@ export class EmbeddedDatabase {
 
   stop(): Promise<void> {
     return this.stopServer();
+  }
+}
+
+/** In the data directory: the password connections give, made on the first start. */
+const PASSWORD_FILE = 'igs-wire-password';
+
+async function passwordOf(file: string): Promise<string> {
+  try {
+    return (await readFile(file, 'utf8')).trim();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    const password = randomBytes(24).toString('hex');
+    await writeFile(file, password, { mode: 0o600, flag: 'wx' });
+    return password;
   }
 }
 
@@ -57,13 +82,16 @@ const QUERY = 0x51; // 'Q'
 /** Asks for the answers so far without ending the exchange (cursors): the session stays held. */
 const FLUSH = 0x48; // 'H'
 const TERMINATE = 0x58; // 'X'
+const PASSWORD_MESSAGE = 0x70; // 'p'
+/** AuthenticationCleartextPassword: the password in plain text, which on loopback nobody else sees. */
+const ASK_PASSWORD = Uint8Array.of(0x52, 0, 0, 0, 8, 0, 0, 0, 3);
 const SYNC_MESSAGE = Uint8Array.of(SYNC, 0, 0, 0, 4);
 
-async function serve(db: PGlite, port: number): Promise<{ close(): Promise<void> }> {
+async function serve(db: PGlite, port: number, password: string): Promise<{ close(): Promise<void> }> {
   const session = new Mutex();
   const connections = new Set<WireConnection>();
   const server: Server = createServer((socket) => {
-    const connection = new WireConnection(db, session, socket);
+    const connection = new WireConnection(db, session, socket, password);
     connections.add(connection);
     socket.once('close', () => connections.delete(connection));
   });
@@ -85,6 +113,8 @@ async function serve(db: PGlite, port: number): Promise<{ close(): Promise<void>
 /** One client socket: frames its messages and runs them an exchange at a time on the shared session. */
 class WireConnection {
   private buffer: Buffer = Buffer.alloc(0);
+  /** The client's startup message, kept until its password is checked; PGlite then answers it. */
+  private startup: Buffer | undefined;
   private started = false;
   /** Messages of the exchange in progress, not yet run. */
   private exchange: Buffer[] = [];
@@ -97,6 +127,7 @@ class WireConnection {
     private readonly db: PGlite,
     private readonly session: Mutex,
     private readonly socket: Socket,
+    private readonly password: string,
   ) {
     socket.setNoDelay(true);
     socket.on('data', (chunk) => this.receive(chunk));
@@ -115,10 +146,11 @@ class WireConnection {
   private receive(chunk: Buffer): void {
     this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
     for (;;) {
-      const message = this.started ? this.nextTypedMessage() : this.nextStartupMessage();
+      const message = this.started || this.startup ? this.nextTypedMessage() : this.nextStartupMessage();
       if (!message) return;
-      if (!this.started) this.onStartupMessage(message);
-      else this.onMessage(message);
+      if (this.started) this.onMessage(message);
+      else if (this.startup) this.onPassword(message);
+      else this.onStartupMessage(message);
     }
   }
 
@@ -151,9 +183,22 @@ class WireConnection {
     } else if (code === CANCEL_REQUEST) {
       this.socket.destroy(); // not supported: statements here are short and run whole
     } else {
-      this.started = true;
-      this.run([message], true);
+      this.startup = Buffer.from(message);
+      this.socket.write(ASK_PASSWORD);
     }
+  }
+
+  private onPassword(message: Buffer): void {
+    // The message is 'p', its length, and the password ending in a zero byte.
+    const given = message.subarray(5, message.length - 1);
+    const expected = Buffer.from(this.password);
+    if (message[0] !== PASSWORD_MESSAGE || given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      this.socket.removeAllListeners('data');
+      this.socket.end(passwordRefused());
+      return;
+    }
+    this.started = true;
+    this.run([this.startup!], true);
   }
 
   private onMessage(message: Buffer): void {
@@ -205,6 +250,16 @@ class WireConnection {
     this.releaseSession?.();
     this.releaseSession = undefined;
   }
+}
+
+/** ErrorResponse: FATAL, invalid_password (28P01), as PostgreSQL refuses a wrong password. */
+function passwordRefused(): Buffer {
+  const fields = ['SFATAL', 'VFATAL', 'C28P01', 'Mpassword authentication failed for user "postgres"'];
+  const body = Buffer.from(`${fields.join('\0')}\0\0`, 'utf8');
+  const head = Buffer.alloc(5);
+  head[0] = 0x45; // 'E'
+  head.writeInt32BE(4 + body.length, 1);
+  return Buffer.concat([head, body]);
 }
 
 function isListening(port: number): Promise<boolean> {

@@ -1,4 +1,6 @@
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import pg from 'pg';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { final, getItem, submit, uniqueImage } from '../../support/harness.js';
@@ -88,6 +90,36 @@ describe('the service on its embedded database (no DATABASE_URL)', () => {
     expect(reads.map((answer) => answer.status)).toEqual(reads.map(() => 200));
     expect(reads.map((answer) => answer.body.history_item_id)).toEqual(reads.map(() => id));
   }, 60_000);
+
+  it("keeps other users of the machine out: its directory is the owner's, and a connection needs its password", async () => {
+    const dataDir = serviceEnv.EMBEDDED_DB_DIR;
+    const connectAs = async (password: string | undefined) => {
+      const client = new pg.Client({
+        host: '127.0.0.1',
+        port: Number(serviceEnv.EMBEDDED_DB_PORT),
+        user: 'postgres',
+        database: 'postgres',
+        password,
+      });
+      try {
+        await client.connect();
+        return (await client.query<{ one: number }>('SELECT 1 AS one')).rows[0].one;
+      } catch (error) {
+        return (error as { code?: string; message: string }).code ?? (error as Error).message;
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    };
+
+    expect((await stat(dataDir)).mode & 0o777).toBe(0o700);
+    expect((await stat(join(dataDir, 'igs-wire-password'))).mode & 0o777).toBe(0o600);
+    expect(await connectAs('not-the-password')).toBe('28P01');
+    expect(await connectAs('')).not.toBe(1);
+    const password = (await readFile(join(dataDir, 'igs-wire-password'), 'utf8')).trim();
+    expect(await connectAs(password)).toBe(1);
+    // The service goes on serving after the refusals.
+    expect((await getTools(demoKey)).status).toBe(200);
+  });
 
   it(
     'after a restart on the same directory, prints no new key and keeps the old one working',
