@@ -39,6 +39,7 @@ export class ApiKeyGuard implements CanActivate {
       });
     }
     request.principal = principal;
+    request.stillAuthorized = async () => (await this.apiKeys.authenticate(key))?.userId === principal.userId;
     return true;
   }
 }

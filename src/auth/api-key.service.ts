@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { LRUCache } from 'lru-cache';
 import { AppConfig } from '../config/config.js';
-import type { AuthenticatedRequest, Principal } from './auth.decorators.js';
+import type { Principal } from './auth.decorators.js';
 import { generateApiKey, hashApiKey, hashesEqual, isWellFormedApiKey, lookupPrefix } from '../common/api-key.js';
 import { ApiKeyRepository } from './api-key.repository.js';
 
@@ -59,16 +59,6 @@ export class ApiKeyService {
     const revoked = await this.keys.revoke(lookupPrefix(keyOrPrefix));
     this.cache.clear();
     return revoked;
-  }
-
-  /**
-   * Whether the key a request was let in with still lets its user in, asked again by answers that outlive the
-   * request (an event stream): a revoked key, or a removed user, fails it once AUTH_CACHE_TTL_MS has passed.
-   */
-  recheck(request: AuthenticatedRequest): () => Promise<boolean> {
-    const key = bearerKey(request.headers.authorization);
-    const { userId } = request.principal;
-    return async () => key !== undefined && (await this.authenticate(key))?.userId === userId;
   }
 
   async authenticate(key: string): Promise<Principal | undefined> {

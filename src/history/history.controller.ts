@@ -13,15 +13,14 @@ import {
   Res,
 } from '@nestjs/common';
 import type { Request, Response } from 'express';
-import { ApiKeyService } from '../auth/api-key.service.js';
-import { type AuthenticatedRequest, CurrentUser, type Principal } from '../auth/auth.decorators.js';
+import { CurrentUser, type Principal, StillAuthorized } from '../auth/auth.decorators.js';
 import { Draining } from '../common/draining.js';
 import { holdOpen, preferredWait } from '../common/prefer.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import type { HistoryItemDto } from '../jobs/history-item.dto.js';
 import { FeedbackDto, HistoryListQueryDto, type HistoryPageDto } from './history.dto.js';
-import { HistoryStreams } from './history-streams.js';
+import { HistoryStreams, type StreamAccess } from './history-streams.js';
 import { HistoryService } from './history.service.js';
 
 const DEFAULT_LIMIT = 20;
@@ -46,7 +45,6 @@ export class HistoryController {
     private readonly streams: HistoryStreams,
     private readonly config: AppConfig,
     private readonly draining: Draining,
-    private readonly apiKeys: ApiKeyService,
   ) {}
 
   @Get()
@@ -78,10 +76,10 @@ export class HistoryController {
   async events(
     @CurrentUser() user: Principal,
     @HistoryItemId() id: string,
-    @Req() request: AuthenticatedRequest,
+    @StillAuthorized() access: StreamAccess,
     @Res() response: Response,
   ): Promise<void> {
-    await this.streams.followItem(user.userId, id, response, this.apiKeys.recheck(request));
+    await this.streams.followItem(user.userId, id, response, access);
   }
 
   @Post(':id/cancel')
@@ -109,17 +107,14 @@ export class HistoryController {
 /** The caller's whole history as an event stream, for history pages. */
 @Controller('user')
 export class UserEventsController {
-  constructor(
-    private readonly streams: HistoryStreams,
-    private readonly apiKeys: ApiKeyService,
-  ) {}
+  constructor(private readonly streams: HistoryStreams) {}
 
   @Get('events')
   async events(
     @CurrentUser() user: Principal,
-    @Req() request: AuthenticatedRequest,
+    @StillAuthorized() access: StreamAccess,
     @Res() response: Response,
   ): Promise<void> {
-    await this.streams.followUser(user.userId, response, this.apiKeys.recheck(request));
+    await this.streams.followUser(user.userId, response, access);
   }
 }

@@ -1,7 +1,6 @@
 import { type MiddlewareConsumer, Module, type NestModule, RequestMethod } from '@nestjs/common';
 import { json, type NextFunction, type Request, type Response } from 'express';
 import { DomainError } from '../common/problem.js';
-import { ApiKeysModule } from '../auth/auth.module.js';
 import { JobsModule } from '../jobs/jobs.module.js';
 import { HistoryController, UserEventsController } from './history.controller.js';
 import { HistoryStreams } from './history-streams.js';
@@ -17,7 +16,7 @@ function requireJsonBody(request: Request, _response: Response, next: NextFuncti
 }
 
 @Module({
-  imports: [ApiKeysModule, JobsModule],
+  imports: [JobsModule],
   controllers: [HistoryController, UserEventsController],
   providers: [HistoryService, HistoryStreams],
 })
