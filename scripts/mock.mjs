@@ -6,8 +6,13 @@
  *
  *   MOCK_HOST (127.0.0.1), MOCK_PORT (4010)
  *
- * Every other request goes to Prism unchanged, which validates it against the contract and answers the
- * documented example (401 without a bearer key, 422 for a request the contract does not allow).
+ * Every other request goes to Prism, which validates it against the contract and answers the documented example
+ * (401 without a bearer key). Prism alone answers what the contract lists, not what the service does, so this server
+ * corrects it where the request and the contract are enough to know better:
+ *
+ * - Job creation answers 202 `pending`, or 200 with the final item under `Prefer: wait=N` (Prism would pick the
+ *   lowest 2xx, 200, every time).
+ * - `Preference-Applied: wait=N` only on an answer to `Prefer: wait=N` (Prism sends the example's `wait=30` always).
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -18,6 +23,7 @@ import { createServer as createNetServer } from 'node:net';
 import { extname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import sharp from 'sharp';
+import { parse } from 'yaml';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const host = process.env.MOCK_HOST ?? '127.0.0.1';
@@ -41,6 +47,11 @@ const RESULTS = [
   'fabric',
   'default',
 ].map((example) => join(root, 'docs/examples', example, 'output.jpg'));
+const MAX_WAIT_SECONDS = 60;
+
+const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
+const OPERATIONS = operationsOf(contract);
+const JOB_CREATION = OPERATIONS.find((operation) => operation.id === 'createGenerationJob');
 
 const prismPort = await freePort();
 const prism = spawn(
@@ -76,21 +87,113 @@ const server = createServer((request, response) => {
     });
     return;
   }
-  const upstream = forward(
-    { host: '127.0.0.1', port: prismPort, method: request.method, path: request.url, headers: request.headers },
-    (answer) => {
-      response.writeHead(answer.statusCode ?? 502, answer.headers);
-      answer.pipe(response);
-    },
-  );
-  upstream.on('error', (error) => response.writeHead(502, { 'Content-Type': 'text/plain' }).end(String(error)));
-  request.pipe(upstream);
+  mockOperation(request, response).catch((error) => {
+    if (!response.headersSent) response.writeHead(502, { 'Content-Type': 'text/plain' });
+    response.end(String(error));
+  });
 });
 
 await waitForPrism();
 server.listen(port, host, () => {
   console.log(`mock: http://${host}:${port} (playground: http://${host}:${port}/playground/)`);
 });
+
+/** Prism's answer to the request, corrected where the service answers otherwise (see the top of this file). */
+async function mockOperation(request, response) {
+  const [path, query] = splitUrl(request.url ?? '/');
+  const operation = OPERATIONS.find((candidate) => candidate.method === request.method && candidate.pattern.test(path));
+  const wait = operation?.takesPreferWait ? preferredWait(request.headers.prefer) : undefined;
+  const headers = { ...request.headers };
+  const creation = operation === JOB_CREATION;
+  if (creation && !/(^|[,;\s])code\s*=/i.test(String(headers.prefer ?? ''))) {
+    // Prism answers a `Prefer: code=` it is sent; the client's own choice of code goes through untouched.
+    headers.prefer = [headers.prefer, `code=${typeof wait === 'number' ? 200 : 202}`].filter(Boolean).join(', ');
+  }
+  const body = await readAll(request);
+  if (body.length > 0 || headers['content-length'] !== undefined) {
+    delete headers['transfer-encoding'];
+    headers['content-length'] = String(body.length);
+  }
+  const answer = await askPrism(request.method, path + query, headers, body);
+  const answerHeaders = { ...answer.headers };
+  delete answerHeaders['content-length'];
+  delete answerHeaders['preference-applied'];
+
+  if (answer.status >= 200 && answer.status < 300) {
+    if (typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
+  }
+  response.writeHead(answer.status, answerHeaders);
+  response.end(answer.body);
+}
+
+/** As the service (src/common/prefer.ts): `wait=N` in `Prefer`, N seconds from 1 to 60; other preferences ignored. */
+function preferredWait(header) {
+  const values = Array.isArray(header) ? header : header === undefined ? [] : [header];
+  for (const preference of values.flatMap((value) => value.split(','))) {
+    const [nameAndValue] = preference.split(';');
+    const equals = nameAndValue.indexOf('=');
+    const name = (equals < 0 ? nameAndValue : nameAndValue.slice(0, equals)).trim();
+    if (name.toLowerCase() !== 'wait') continue;
+    const value = equals < 0 ? '' : nameAndValue.slice(equals + 1).trim();
+    const unquoted = /^"(.*)"$/.exec(value)?.[1] ?? value;
+    const seconds = /^\d{1,10}$/.test(unquoted) ? Number(unquoted) : NaN;
+    return seconds >= 1 && seconds <= MAX_WAIT_SECONDS ? seconds : 'invalid';
+  }
+  return undefined;
+}
+
+/** The contract's operations: method, path, a pattern matching concrete paths, and whether it reads Prefer: wait. */
+function operationsOf(document) {
+  const resolve = (node) =>
+    node?.$ref
+      ? node.$ref
+          .slice(2)
+          .split('/')
+          .reduce((parent, key) => parent[key], document)
+      : node;
+  return Object.entries(document.paths).flatMap(([path, item]) =>
+    ['get', 'put', 'post', 'delete', 'patch']
+      .filter((method) => item[method])
+      .map((method) => {
+        const parameters = [...(item.parameters ?? []), ...(item[method].parameters ?? [])].map(resolve);
+        const pattern = path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+');
+        return {
+          id: item[method].operationId,
+          method: method.toUpperCase(),
+          path,
+          pattern: new RegExp(`^${pattern}$`),
+          takesPreferWait: parameters.some((parameter) => parameter.in === 'header' && parameter.name === 'Prefer'),
+        };
+      }),
+  );
+}
+
+function splitUrl(url) {
+  const at = url.indexOf('?');
+  return at < 0 ? [url, ''] : [url.slice(0, at), url.slice(at)];
+}
+
+function readAll(stream) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    stream.on('data', (chunk) => chunks.push(chunk));
+    stream.once('end', () => resolve(Buffer.concat(chunks)));
+    stream.once('error', reject);
+  });
+}
+
+function askPrism(method, path, headers, body) {
+  return new Promise((resolve, reject) => {
+    const upstream = forward({ host: '127.0.0.1', port: prismPort, method, path, headers }, (answer) => {
+      readAll(answer).then(
+        (content) => resolve({ status: answer.statusCode ?? 502, headers: answer.headers, body: content }),
+        reject,
+      );
+    });
+    upstream.once('error', reject);
+    upstream.end(body);
+  });
+}
 
 /** A real image for any media path, as the service serves one: a preview WebP (<= 512 px) or the full JPEG. */
 async function serveMedia(id, file, response) {

@@ -40,6 +40,25 @@ describe('the mock server (npm run mock)', () => {
     return fetch(`${baseUrl}${path}`, { headers });
   }
 
+  /** A job creation as a frontend sends it: multipart, a tool and its images (the mock does not read them). */
+  function createJob(
+    fields: Record<string, string> = { tool: 'fashion_swap' },
+    headers: Record<string, string> = {},
+    path = '/generation/generate_image_v2/',
+  ) {
+    const form = new FormData();
+    for (const [name, value] of Object.entries(fields)) form.append(name, value);
+    if (fields.tool === 'fashion_swap') {
+      form.append('clothes', new Blob([Buffer.from('jpeg bytes')], { type: 'image/jpeg' }), 'clothes.jpg');
+      form.append('person', new Blob([Buffer.from('jpeg bytes')], { type: 'image/jpeg' }), 'person.jpg');
+    }
+    return fetch(`${baseUrl}${path}`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer anything', ...headers },
+      body: form,
+    });
+  }
+
   it('answers GET /generation/tools with the documented example: the seven tools', async () => {
     const response = await sut('/generation/tools');
 
@@ -110,6 +129,37 @@ describe('the mock server (npm run mock)', () => {
     expect(response.status).toBe(400);
     expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(violations(response).length).toBeGreaterThan(0);
+  });
+
+  describe('answers job creation and polling as the service does', () => {
+    it('accepts a job without Prefer: wait as 202 pending, with no Preference-Applied', async () => {
+      const response = await createJob();
+
+      expect(response.status).toBe(202);
+      expect(response.headers.get('preference-applied')).toBeNull();
+      expect(response.headers.get('location')).toMatch(/^\/user\/generation-history\/[0-9a-f-]{36}$/);
+      expect(await response.json()).toMatchObject({ status: 'pending' });
+    });
+
+    it('answers a job with Prefer: wait=N as 200 with its final status and Preference-Applied: wait=N', async () => {
+      const response = await createJob({ tool: 'fashion_swap' }, { prefer: 'wait=5' });
+
+      expect(response.status).toBe(200);
+      expect(response.headers.get('preference-applied')).toBe('wait=5');
+      expect(await response.json()).toMatchObject({ status: 'complete' });
+    });
+
+    it('answers an item without Preference-Applied unless Prefer: wait was sent', async () => {
+      const plain = await sut('/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44');
+      const waited = await sut('/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44', {
+        authorization: 'Bearer anything',
+        prefer: 'wait=7',
+      });
+
+      expect([plain.status, waited.status]).toEqual([200, 200]);
+      expect(plain.headers.get('preference-applied')).toBeNull();
+      expect(waited.headers.get('preference-applied')).toBe('wait=7');
+    });
   });
 
   it.each([
