@@ -12,6 +12,7 @@
  *
  * - Job creation answers 202 `pending`, or 200 with the final item under `Prefer: wait=N` (Prism would pick the
  *   lowest 2xx, 200, every time).
+ * - Job creation is served without the trailing slash too, as the contract says.
  * - `Preference-Applied: wait=N` only on an answer to `Prefer: wait=N` (Prism sends the example's `wait=30` always).
  */
 import { spawn } from 'node:child_process';
@@ -100,7 +101,9 @@ server.listen(port, host, () => {
 
 /** Prism's answer to the request, corrected where the service answers otherwise (see the top of this file). */
 async function mockOperation(request, response) {
-  const [path, query] = splitUrl(request.url ?? '/');
+  const [rawPath, query] = splitUrl(request.url ?? '/');
+  // The contract serves job creation at both paths; Prism knows only the one the contract lists.
+  const path = rawPath === JOB_CREATION.path.replace(/\/$/, '') ? JOB_CREATION.path : rawPath;
   const operation = OPERATIONS.find((candidate) => candidate.method === request.method && candidate.pattern.test(path));
   const wait = operation?.takesPreferWait ? preferredWait(request.headers.prefer) : undefined;
   const headers = { ...request.headers };

@@ -149,6 +149,13 @@ describe('the mock server (npm run mock)', () => {
       expect(await response.json()).toMatchObject({ status: 'complete' });
     });
 
+    it('serves job creation without the trailing slash too, as the contract promises', async () => {
+      const response = await createJob({ tool: 'fashion_swap' }, {}, '/generation/generate_image_v2');
+
+      expect(response.status).toBe(202);
+      expect(await response.json()).toMatchObject({ status: 'pending' });
+    });
+
     it('answers an item without Preference-Applied unless Prefer: wait was sent', async () => {
       const plain = await sut('/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44');
       const waited = await sut('/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44', {
