@@ -14,6 +14,8 @@
  *   lowest 2xx, 200, every time).
  * - Job creation is served without the trailing slash too, as the contract says.
  * - `Preference-Applied: wait=N` only on an answer to `Prefer: wait=N` (Prism sends the example's `wait=30` always).
+ * - A request the contract refuses answers 400 `validation_failed` whose `errors[]` name what Prism found broken
+ *   (Prism answers the first 400 or 422 example, which names some other field).
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -121,12 +123,74 @@ async function mockOperation(request, response) {
   const answerHeaders = { ...answer.headers };
   delete answerHeaders['content-length'];
   delete answerHeaders['preference-applied'];
+  const problem = (status, problemBody) => {
+    response.writeHead(status, { ...answerHeaders, 'content-type': 'application/problem+json' });
+    response.end(JSON.stringify(problemBody));
+  };
 
+  if (answer.status === 400 || answer.status === 422) {
+    const refused = refusalOf(answer);
+    if (refused) return problem(400, refused);
+  }
   if (answer.status >= 200 && answer.status < 300) {
     if (typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
   }
   response.writeHead(answer.status, answerHeaders);
   response.end(answer.body);
+}
+
+/**
+ * The 400 problem the service answers for a request Prism refused, built from Prism's violations; undefined when
+ * Prism's answer is not a refusal of the request that the service answers with 400 (a Prism 422 of its own, on an
+ * operation that documents no validation error, stays as it is).
+ */
+function refusalOf(answer) {
+  const violations = JSON.parse(answer.headers['sl-violations'] ?? '[]').filter(
+    (violation) => violation.severity === 'Error',
+  );
+  const contentType = String(answer.headers['content-type'] ?? '');
+  const documented = contentType.startsWith('application/problem+json') && answer.body.includes('"urn:igs:problem:');
+  if (violations.length === 0) {
+    // Prism's own answer to a body it cannot parse, not a problem document.
+    return answer.status === 400 && !contentType.startsWith('application/problem+json')
+      ? problemOf('bad_request', 'The request body is not valid JSON.')
+      : undefined;
+  }
+  if (!documented) return undefined;
+  if (violations.some((violation) => violation.location.length < 2)) {
+    // The whole request, not a field of it: a content type the operation does not take.
+    return problemOf('bad_request', `The request's content type is not accepted (${violations[0].message}).`);
+  }
+  const errors = violations.map(fieldErrorOf);
+  return problemOf('validation_failed', `Invalid ${errors[0].field}: ${errors[0].message}.`, errors);
+}
+
+/**
+ * Prism's violation as the service's `{field, message}`: `["request", "query", "status"]` names the query
+ * parameter `status`; a body violation without a property (required, additionalProperties) quotes its name.
+ */
+function fieldErrorOf({ location, message }) {
+  const named = location.slice(2).join('.');
+  const field = named || /'([^']+)'/.exec(message)?.[1] || location[1];
+  // "Request query parameter status must be ..." -> "must be ...".
+  const at = named ? message.indexOf(` ${named} `) : -1;
+  const text = at >= 0 ? message.slice(at + named.length + 2) : message.replace(/^Request (body )?/, '');
+  return { field, message: text };
+}
+
+function problemOf(code, detail, errors) {
+  const titles = {
+    bad_request: 'Bad request',
+    validation_failed: 'Validation failed',
+  };
+  return {
+    type: `urn:igs:problem:${code}`,
+    title: titles[code],
+    status: 400,
+    detail,
+    code,
+    ...(errors ? { errors } : {}),
+  };
 }
 
 /** As the service (src/common/prefer.ts): `wait=N` in `Prefer`, N seconds from 1 to 60; other preferences ignored. */

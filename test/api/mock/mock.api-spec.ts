@@ -59,6 +59,14 @@ describe('the mock server (npm run mock)', () => {
     });
   }
 
+  function sendFeedback(body: string) {
+    return fetch(`${baseUrl}/user/generation-history/feedback/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44`, {
+      method: 'PATCH',
+      headers: { authorization: 'Bearer anything', 'content-type': 'application/json' },
+      body,
+    });
+  }
+
   it('answers GET /generation/tools with the documented example: the seven tools', async () => {
     const response = await sut('/generation/tools');
 
@@ -101,8 +109,8 @@ describe('the mock server (npm run mock)', () => {
     expect(await response.json()).toMatchObject({ status: 'ok' });
   });
 
-  // Prism answers a request that breaks the contract with the operation's documented 422 or else 400
-  // response (its own 422 problem when neither is documented), naming the violation in `sl-violations`.
+  // Prism names what a request breaks in `sl-violations`; the mock answers it as the service does, 400 (Prism's
+  // own 422 problem stays where the operation documents neither 400 nor 422).
   it('rejects a history page size the contract does not allow, naming the parameter', async () => {
     const response = await sut('/user/generation-history?limit=1000');
 
@@ -166,6 +174,34 @@ describe('the mock server (npm run mock)', () => {
       expect([plain.status, waited.status]).toEqual([200, 200]);
       expect(plain.headers.get('preference-applied')).toBeNull();
       expect(waited.headers.get('preference-applied')).toBe('wait=7');
+    });
+  });
+
+  // A form highlights the field a 400 names in `errors[].field`: the mock must name the one the request broke.
+  describe('names the offending field in a 400 problem', () => {
+    it.each([
+      ['a generation types request without tool', () => sut('/generation/generationTypes'), 'tool'],
+      ['a history status filter out of its enum', () => sut('/user/generation-history?status=bogus'), 'status'],
+      ['a history item id that is not a UUID', () => sut('/user/generation-history/not-a-uuid'), 'id'],
+      ['feedback that is not a boolean', () => sendFeedback('{"like":"yes"}'), 'like'],
+      ['a job creation without tool', () => createJob({ generation_type: 'upper' }), 'tool'],
+    ])('%s', async (_case, send, field) => {
+      const response = await send();
+
+      expect(response.status).toBe(400);
+      expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      const body = (await response.json()) as { code: string; detail: string; errors: Array<{ field: string }> };
+      expect(body).toMatchObject({ status: 400, code: 'validation_failed' });
+      expect(body.errors.map((error) => error.field)).toEqual([field]);
+      expect(body.detail).toContain(field);
+    });
+
+    it('names every parameter a request breaks', async () => {
+      const response = await sut('/user/generation-history?limit=abc&page=0');
+
+      const body = (await response.json()) as { errors: Array<{ field: string; message: string }> };
+      expect(body.errors.map((error) => error.field).sort()).toEqual(['limit', 'page']);
+      expect(body.errors.every((error) => error.message.length > 0)).toBe(true);
     });
   });
 
