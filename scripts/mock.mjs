@@ -16,9 +16,10 @@
  * - `Preference-Applied: wait=N` only on an answer to `Prefer: wait=N` (Prism sends the example's `wait=30` always).
  * - A request the contract refuses answers 400 `validation_failed` whose `errors[]` name what Prism found broken
  *   (Prism answers the first 400 or 422 example, which names some other field).
+ * - Every answer carries an `X-Request-Id` (the client's own when it sends a sane one).
  */
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { createServer, request as forward } from 'node:http';
@@ -50,6 +51,8 @@ const RESULTS = [
   'fabric',
   'default',
 ].map((example) => join(root, 'docs/examples', example, 'output.jpg'));
+/** As the service (src/common/logging.ts): a client's own request id is kept when it is sane and holds no key. */
+const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 const MAX_WAIT_SECONDS = 60;
 
 const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
@@ -74,6 +77,7 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
 }
 
 const server = createServer((request, response) => {
+  response.setHeader('X-Request-Id', requestIdOf(request));
   const path = decodeURIComponent((request.url ?? '/').split('?')[0]);
   const media = /^\/media\/([0-9a-fA-F-]{36})\/(preview\.webp|stock\.jpg)$/.exec(path);
   const handled =
@@ -207,6 +211,12 @@ function preferredWait(header) {
     return seconds >= 1 && seconds <= MAX_WAIT_SECONDS ? seconds : 'invalid';
   }
   return undefined;
+}
+
+function requestIdOf(request) {
+  const incoming = request.headers['x-request-id'];
+  const sane = typeof incoming === 'string' && CLIENT_REQUEST_ID.test(incoming) && !/igs_/i.test(incoming);
+  return sane ? incoming : randomUUID();
 }
 
 /** The contract's operations: method, path, a pattern matching concrete paths, and whether it reads Prefer: wait. */

@@ -205,6 +205,28 @@ describe('the mock server (npm run mock)', () => {
     });
   });
 
+  describe('sends an X-Request-Id on every answer, as the service does', () => {
+    it.each([
+      ['a 200', '/generation/tools', { authorization: 'Bearer anything' }],
+      ['a 401', '/generation/tools', {}],
+      ['a 400', '/user/generation-history?limit=1000', { authorization: 'Bearer anything' }],
+      ['a media image', '/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg', {}],
+    ])('on %s', async (_case, path, headers) => {
+      const response = await sut(path, headers);
+
+      expect(response.headers.get('x-request-id')).toMatch(/^[A-Za-z0-9._-]{1,128}$/);
+    });
+
+    it("keeps the client's own X-Request-Id", async () => {
+      const response = await sut('/generation/tools', {
+        authorization: 'Bearer anything',
+        'x-request-id': 'page-42.a',
+      });
+
+      expect(response.headers.get('x-request-id')).toBe('page-42.a');
+    });
+  });
+
   it.each([
     ['stock.jpg', 'image/jpeg', 'jpeg'],
     ['preview.webp', 'image/webp', 'webp'],
