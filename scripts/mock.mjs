@@ -17,6 +17,7 @@
  * - A request the contract refuses answers 400 `validation_failed` whose `errors[]` name what Prism found broken
  *   (Prism answers the first 400 or 422 example, which names some other field).
  * - Every answer carries an `X-Request-Id` (the client's own when it sends a sane one).
+ * - A `Prefer: wait` outside 1..60 answers 400, a tool missing from the contract's tools list 422 `unknown_tool`.
  */
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
@@ -26,6 +27,7 @@ import { createServer, request as forward } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
 import { extname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import busboy from 'busboy';
 import sharp from 'sharp';
 import { parse } from 'yaml';
 
@@ -58,6 +60,10 @@ const MAX_WAIT_SECONDS = 60;
 const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
 const OPERATIONS = operationsOf(contract);
 const JOB_CREATION = OPERATIONS.find((operation) => operation.id === 'createGenerationJob');
+/** The tools the mock serves on GET /generation/tools: any other is unknown to it. */
+const TOOLS = new Set(
+  contract.paths['/generation/tools'].get.responses['200'].content['application/json'].example.map((tool) => tool.tool),
+);
 
 const prismPort = await freePort();
 const prism = spawn(
@@ -137,6 +143,17 @@ async function mockOperation(request, response) {
     if (refused) return problem(400, refused);
   }
   if (answer.status >= 200 && answer.status < 300) {
+    if (wait === 'invalid') {
+      const message = `wait must be a whole number of seconds from 1 to ${MAX_WAIT_SECONDS}`;
+      return problem(
+        400,
+        problemOf('validation_failed', `Invalid Prefer: ${message}.`, [{ field: 'Prefer', message }]),
+      );
+    }
+    const tool = creation ? await formField(request.headers['content-type'], body, 'tool') : undefined;
+    if (tool !== undefined && !TOOLS.has(tool)) {
+      return problem(422, problemOf('unknown_tool', `There is no tool "${tool}"; see GET /generation/tools.`));
+    }
     if (typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
   }
   response.writeHead(answer.status, answerHeaders);
@@ -186,15 +203,10 @@ function problemOf(code, detail, errors) {
   const titles = {
     bad_request: 'Bad request',
     validation_failed: 'Validation failed',
+    unknown_tool: 'Unknown tool',
   };
-  return {
-    type: `urn:igs:problem:${code}`,
-    title: titles[code],
-    status: 400,
-    detail,
-    code,
-    ...(errors ? { errors } : {}),
-  };
+  const status = code === 'unknown_tool' ? 422 : 400;
+  return { type: `urn:igs:problem:${code}`, title: titles[code], status, detail, code, ...(errors ? { errors } : {}) };
 }
 
 /** As the service (src/common/prefer.ts): `wait=N` in `Prefer`, N seconds from 1 to 60; other preferences ignored. */
@@ -269,6 +281,27 @@ function askPrism(method, path, headers, body) {
     });
     upstream.once('error', reject);
     upstream.end(body);
+  });
+}
+
+/** A text field of a multipart body; undefined when there is none or the body cannot be read. */
+function formField(contentType, body, name) {
+  return new Promise((resolve) => {
+    let found;
+    let parser;
+    try {
+      parser = busboy({ headers: { 'content-type': contentType } });
+    } catch {
+      resolve(undefined);
+      return;
+    }
+    parser.on('field', (field, value) => {
+      if (field === name && found === undefined) found = value;
+    });
+    parser.on('file', (_field, file) => file.resume());
+    parser.once('close', () => resolve(found));
+    parser.once('error', () => resolve(undefined));
+    parser.end(body);
   });
 }
 

@@ -175,6 +175,29 @@ describe('the mock server (npm run mock)', () => {
       expect(plain.headers.get('preference-applied')).toBeNull();
       expect(waited.headers.get('preference-applied')).toBe('wait=7');
     });
+
+    it.each(['wait=0', 'wait=61', 'wait=soon'])(
+      'refuses Prefer: %s as 400 naming the Prefer header',
+      async (prefer) => {
+        const response = await createJob({ tool: 'fashion_swap' }, { prefer });
+
+        expect(response.status).toBe(400);
+        expect(await response.json()).toMatchObject({
+          code: 'validation_failed',
+          errors: [expect.objectContaining({ field: 'Prefer' })],
+        });
+      },
+    );
+
+    it('refuses a tool the tools list does not have as 422 unknown_tool', async () => {
+      const response = await createJob({ tool: 'hat_swap' });
+
+      expect(response.status).toBe(422);
+      expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      const body = (await response.json()) as { code: string; detail: string };
+      expect(body.code).toBe('unknown_tool');
+      expect(body.detail).toContain('hat_swap');
+    });
   });
 
   // A form highlights the field a 400 names in `errors[].field`: the mock must name the one the request broke.
