@@ -18,6 +18,7 @@
  *   (Prism answers the first 400 or 422 example, which names some other field).
  * - Every answer carries an `X-Request-Id` (the client's own when it sends a sane one).
  * - A `Prefer: wait` outside 1..60 answers 400, a tool missing from the contract's tools list 422 `unknown_tool`.
+ * - A `webhook_url` the contract refuses answers 422 `invalid_webhook_url`, as the service does.
  */
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
@@ -140,7 +141,7 @@ async function mockOperation(request, response) {
 
   if (answer.status === 400 || answer.status === 422) {
     const refused = refusalOf(answer);
-    if (refused) return problem(400, refused);
+    if (refused) return problem(refused.status, refused);
   }
   if (answer.status >= 200 && answer.status < 300) {
     if (wait === 'invalid') {
@@ -161,9 +162,9 @@ async function mockOperation(request, response) {
 }
 
 /**
- * The 400 problem the service answers for a request Prism refused, built from Prism's violations; undefined when
- * Prism's answer is not a refusal of the request that the service answers with 400 (a Prism 422 of its own, on an
- * operation that documents no validation error, stays as it is).
+ * The problem the service answers for a request Prism refused, built from Prism's violations: 400, or 422 for a
+ * webhook URL alone; undefined when Prism's answer is not such a refusal (a Prism 422 of its own, on an operation
+ * that documents no validation error, stays as it is).
  */
 function refusalOf(answer) {
   const violations = JSON.parse(answer.headers['sl-violations'] ?? '[]').filter(
@@ -183,6 +184,12 @@ function refusalOf(answer) {
     return problemOf('bad_request', `The request's content type is not accepted (${violations[0].message}).`);
   }
   const errors = violations.map(fieldErrorOf);
+  // The service answers every fault of a webhook URL (its format, its length) with a code of its own, once the
+  // other fields, checked first, are right.
+  const [webhook] = errors;
+  if (errors.every((error) => error.field === 'webhook_url')) {
+    return problemOf('invalid_webhook_url', `Invalid webhook_url: it ${webhook.message}.`, errors);
+  }
   return problemOf('validation_failed', `Invalid ${errors[0].field}: ${errors[0].message}.`, errors);
 }
 
@@ -204,8 +211,9 @@ function problemOf(code, detail, errors) {
     bad_request: 'Bad request',
     validation_failed: 'Validation failed',
     unknown_tool: 'Unknown tool',
+    invalid_webhook_url: 'Invalid webhook URL',
   };
-  const status = code === 'unknown_tool' ? 422 : 400;
+  const status = code === 'unknown_tool' || code === 'invalid_webhook_url' ? 422 : 400;
   return { type: `urn:igs:problem:${code}`, title: titles[code], status, detail, code, ...(errors ? { errors } : {}) };
 }
 

@@ -228,6 +228,16 @@ describe('the mock server (npm run mock)', () => {
     });
   });
 
+  it('refuses a webhook_url that is not a URL as 422 invalid_webhook_url, as the service does', async () => {
+    const response = await createJob({ tool: 'default', webhook_url: 'not a url' });
+
+    expect(response.status).toBe(422);
+    expect(await response.json()).toMatchObject({
+      code: 'invalid_webhook_url',
+      errors: [expect.objectContaining({ field: 'webhook_url' })],
+    });
+  });
+
   describe('sends an X-Request-Id on every answer, as the service does', () => {
     it.each([
       ['a 200', '/generation/tools', { authorization: 'Bearer anything' }],
