@@ -19,6 +19,8 @@
  * - Every answer carries an `X-Request-Id` (the client's own when it sends a sane one).
  * - A `Prefer: wait` outside 1..60 answers 400, a tool missing from the contract's tools list 422 `unknown_tool`.
  * - A `webhook_url` the contract refuses answers 422 `invalid_webhook_url`, as the service does.
+ *
+ * What the mock does not check is listed in docs/api-guide.md ("Building a frontend").
  */
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
