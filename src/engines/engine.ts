@@ -25,7 +25,10 @@ export interface EngineRequest {
   images: EngineImages;
   /** Text inputs of the tool, e.g. `prompt` for the default tool. */
   texts: Readonly<Record<string, string>>;
-  /** Fires when the job is canceled, deleted, past its engine's timeout, or the worker shuts down. */
+  /**
+   * Fires when the job is canceled, deleted, past its engine's timeout, or the worker shuts down (its reason then a
+   * WorkerShutdown).
+   */
   signal?: AbortSignal;
   /**
    * How far the job is, from 0 to 1, whenever the engine learns it. Calls may be frequent and need not rise: the
@@ -133,4 +136,32 @@ export class EngineTimeoutError extends TransientEngineError {
     super(message, options);
     this.name = 'EngineTimeoutError';
   }
+}
+
+/**
+ * The reason a job's signal fires when its worker shuts down (a rollout). A remote engine whose run goes on without
+ * the worker (a ComfyUI prompt, a Replicate prediction) leaves it running, recorded in the job's run record for the
+ * next attempt to follow, and throws RunHandedOver; the others stop their run as for any other end.
+ */
+export class WorkerShutdown extends Error {
+  constructor() {
+    super('the worker is shutting down');
+    this.name = 'WorkerShutdown';
+  }
+}
+
+/**
+ * The job's run left going on its model server at its worker's shutdown, for the job's next attempt: the job keeps
+ * its slot until that attempt takes it over (or its lease lapses), as the server is still busy with it.
+ */
+export class RunHandedOver extends Error {
+  constructor(run: string) {
+    super(`the worker shut down; ${run} goes on for the job's next attempt`);
+    this.name = 'RunHandedOver';
+  }
+}
+
+/** Whether the job's signal fired for its worker's shutdown: a run that goes on without the worker is left to run. */
+export function handsOver(signal: AbortSignal | undefined): boolean {
+  return signal?.aborted === true && signal.reason instanceof WorkerShutdown;
 }

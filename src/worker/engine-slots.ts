@@ -13,6 +13,13 @@ import { REDIS } from '../redis/redis.module.js';
  */
 export const ENGINE_SLOTS = 'engine-slots:';
 
+/** A slot one job holds. */
+interface HeldSlot {
+  release(): Promise<void>;
+  /** Stops renewing the lease without freeing the slot. */
+  leave(): void;
+}
+
 /** How often a job waiting for a slot tries again, unless a slot is freed in its own process first. */
 const RETRY_INTERVAL_MS = 20;
 
@@ -34,10 +41,11 @@ export class EngineSlots {
   ) {}
 
   /**
-   * Resolves once the job holds a slot of `engine` (at most `concurrency` held at once), with the function that frees
-   * it; rejects with the signal's reason if it fires first.
+   * Resolves once the job holds a slot of `engine` (at most `concurrency` held at once), with the functions that free
+   * it and that leave it held for the job's next attempt (its lease no longer renewed here); rejects with the signal's
+   * reason if it fires first.
    */
-  async acquire(engine: string, concurrency: number, jobId: string, signal: AbortSignal): Promise<() => Promise<void>> {
+  async acquire(engine: string, concurrency: number, jobId: string, signal: AbortSignal): Promise<HeldSlot> {
     const key = `${ENGINE_SLOTS}${engine}`;
     const options = {
       identifier: jobId,
@@ -59,19 +67,24 @@ export class EngineSlots {
         await this.freedOrRetry(engine, signal);
       }
     });
-    return async () => {
-      const released = slot.release();
-      // A waiter here asks at once: its command follows the release on the same Redis connection, so Redis has freed
-      // the slot by the time it asks, and the handover costs one round trip instead of two.
-      this.freed.emit(engine);
-      await released.catch((error: unknown) => this.logger.warn({ err: error, id: jobId }, 'a slot was not freed'));
+    return {
+      release: async () => {
+        const released = slot.release();
+        // A waiter here asks at once: its command follows the release on the same Redis connection, so Redis has freed
+        // the slot by the time it asks, and the handover costs one round trip instead of two.
+        this.freed.emit(engine);
+        await released.catch((error: unknown) => this.logger.warn({ err: error, id: jobId }, 'a slot was not freed'));
+      },
+      leave: () => slot.stopRefresh(),
     };
   }
 
   /**
    * One job's turn on its engine, and the engine's timeout: the slot the engine takes when it hands the job to its model
    * server (none for an engine without `concurrency`), the signal that fires once the job has been with its engine
-   * `timeoutMs`, and `end` to free what is held once the job is over. The clock stops while the job waits for a slot,
+   * `timeoutMs`, `end` to free what is held once the job's attempt is over, and `handOver` for an attempt whose run
+   * goes on for the job's next one (the slot stays taken, its lease lapsing unless that attempt takes it over). The
+   * clock stops while the job waits for a slot,
    * whose length is other jobs' doing, and runs through the rest: a schema read or an upload that never ends times out
    * like the model.
    */
@@ -79,7 +92,7 @@ export class EngineSlots {
     engine: { engineName: string; concurrency: number | undefined; timeoutMs: number },
     jobId: string,
     stopped: AbortSignal,
-  ): { slot: EngineSlot | undefined; deadline: AbortSignal; end: () => Promise<void> } {
+  ): { slot: EngineSlot | undefined; deadline: AbortSignal; end: () => Promise<void>; handOver: () => void } {
     const deadline = new AbortController();
     let left = engine.timeoutMs;
     let runningSince = 0;
@@ -98,14 +111,12 @@ export class EngineSlots {
       left -= performance.now() - runningSince;
     };
     const { concurrency } = engine;
-    let taking: Promise<() => Promise<void>> | undefined;
+    let taking: Promise<HeldSlot> | undefined;
     let freed = false;
     const free = async () => {
       if (!taking || freed) return;
       freed = true;
-      await (
-        await taking.catch(() => async () => {})
-      )();
+      await (await taking.catch(() => undefined))?.release();
     };
     const slot: EngineSlot | undefined =
       concurrency === undefined
@@ -134,6 +145,16 @@ export class EngineSlots {
         ended = true;
         clearTimeout(timer);
         await free();
+      },
+      handOver: () => {
+        ended = true;
+        clearTimeout(timer);
+        if (!taking || freed) return;
+        freed = true;
+        void taking.then(
+          (held) => held.leave(),
+          () => undefined,
+        );
       },
     };
   }

@@ -15,7 +15,14 @@ import { INPUT_STORE, MEDIA_STORE, outputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
 import { type Delivery, JobQueue } from '../queue/job-queue.js';
-import { EngineRegistry, EngineTimeoutError, PermanentEngineError, renderOutputs } from '../engines/index.js';
+import {
+  EngineRegistry,
+  EngineTimeoutError,
+  PermanentEngineError,
+  renderOutputs,
+  RunHandedOver,
+  WorkerShutdown,
+} from '../engines/index.js';
 import { EngineRuns } from './engine-runs.js';
 import { EngineSlots } from './engine-slots.js';
 
@@ -81,8 +88,10 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       new Promise<boolean>((resolve) => setTimeout(resolve, this.config.shutdownTimeoutMs, true).unref()),
     ]);
     if (timedOut) {
-      this.logger.warn('running jobs did not finish in time: they are stopped, and run again by another worker');
-      this.shutdown.abort(new Error('worker shutting down'));
+      this.logger.warn(
+        "running jobs did not finish in time: another worker runs them again, following their model servers' runs",
+      );
+      this.shutdown.abort(new WorkerShutdown());
       await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, STOPPING_MS).unref())]);
     }
     await Promise.all(this.failing);
@@ -116,6 +125,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     const progress = this.progress.start({ id, userId: item.userId });
     // A job waiting for its engine's slot stays pending; the engine's timeout does not run while it waits.
     const turn = this.slots.turn(route, id, stopped);
+    let handedOver = false;
 
     try {
       const images: Record<string, Buffer> = {};
@@ -167,6 +177,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       if (completed) this.logger.log({ id, tool: item.tool, engine: route.engineName, ms }, 'job complete');
       else this.logger.log({ id, tool: item.tool, ms }, 'result dropped: the item was deleted or ended meanwhile');
     } catch (error) {
+      handedOver = error instanceof RunHandedOver;
       if (endedElsewhere.signal.aborted) {
         endAttempt('dropped');
         this.logger.log({ id, tool: item.tool }, 'job stopped: the item was canceled, deleted or ended meanwhile');
@@ -177,7 +188,8 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     } finally {
       progress.end();
       unwatch();
-      await turn.end();
+      if (handedOver) turn.handOver();
+      else await turn.end();
     }
   }
 

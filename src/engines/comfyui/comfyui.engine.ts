@@ -1,7 +1,9 @@
 import { IMAGE_MIME_TYPES, imageFormatOf } from '../../common/image-format.js';
 import type { ComfyRoute } from '../../config/engine-settings.js';
 import {
+  handsOver,
   PermanentEngineError,
+  RunHandedOver,
   TransientEngineError,
   type Engine,
   type EngineImage,
@@ -115,8 +117,9 @@ export class ComfyEngine implements Engine {
 
   /**
    * The output image's bytes: from the prompt an earlier attempt queued, or from a new one. A prompt stopped here (the
-   * job ended, timed out, or its worker shuts down) is recorded as such, so that the job's next attempt, if any, queues
-   * the next run under an id of its own instead of finding the stopped prompt's history.
+   * job ended or timed out) is recorded as such, so that the job's next attempt, if any, queues the next run under an
+   * id of its own instead of finding the stopped prompt's history. At the worker's shutdown the prompt is left to run,
+   * its record as it was, for the next attempt to follow.
    */
   private async run(request: EngineRequest): Promise<Buffer> {
     const { signal } = request;
@@ -147,6 +150,7 @@ export class ComfyEngine implements Engine {
         }
       }
     } catch (error) {
+      if (handsOver(signal) && active.promptId) throw new RunHandedOver(`ComfyUI prompt ${active.promptId}`);
       if (signal?.aborted && active.promptId) {
         await this.cancel(active.promptId);
         const stopped = encodeRun({ promptId: active.promptId, run: active.run, state: 'stopped' });

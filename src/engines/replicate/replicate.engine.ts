@@ -3,7 +3,9 @@ import { parseProgressFromLogs, type Prediction } from 'replicate';
 import { IMAGE_MIME_TYPES, imageFormatOf } from '../../common/image-format.js';
 import type { ReplicateRoute } from '../../config/engine-settings.js';
 import {
+  handsOver,
   PermanentEngineError,
+  RunHandedOver,
   TransientEngineError,
   type Engine,
   type EngineImage,
@@ -45,7 +47,8 @@ interface RunState {
 /**
  * One route to a model on Replicate (ENGINES.md, "replicate"): the mapped inputs and the route's params, a prediction
  * created with a short `Prefer: wait`, then polled until final with progress from its logs; resumed by a later
- * attempt of the same job, canceled when the job's signal fires.
+ * attempt of the same job, canceled when the job's signal fires, but for the worker's shutdown: then it runs on for
+ * the next attempt.
  */
 export class ReplicateEngine implements Engine {
   constructor(
@@ -83,6 +86,8 @@ export class ReplicateEngine implements Engine {
       await runs?.forget();
       return { kind: 'encoded', data };
     } catch (error) {
+      // At the worker's shutdown a started prediction runs on, its files with it, for the next attempt to follow.
+      if (handsOver(signal) && run) throw new RunHandedOver(`Replicate prediction ${run.state.prediction}`);
       const mapped = this.mapError(error, 'prediction', signal);
       if (signal?.aborted || mapped instanceof PermanentEngineError) {
         filesInUse = false;
@@ -121,7 +126,8 @@ export class ReplicateEngine implements Engine {
 
   /**
    * Creates the prediction. It has no id until the creation answers: an abort meanwhile ends the job at once, and
-   * the prediction is canceled as soon as its id is known.
+   * the prediction is canceled as soon as its id is known. The worker's shutdown waits for the answer (at most
+   * PREFER_WAIT_SECONDS and a round trip), so that the prediction is recorded and runs on for the next attempt.
    */
   private async start(request: EngineRequest, input: Record<string, unknown>): Promise<Prediction> {
     const target = this.route.model ? { model: this.route.model } : { version: this.route.version! };
@@ -131,7 +137,8 @@ export class ReplicateEngine implements Engine {
     if (!signal) return creating;
     const settled = new AbortController();
     const aborted = new Promise<never>((_, reject) => {
-      signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true, signal: settled.signal });
+      const abort = () => handsOver(signal) || reject(signal.reason as Error);
+      signal.addEventListener('abort', abort, { once: true, signal: settled.signal });
     });
     try {
       return await Promise.race([creating, aborted]);
@@ -171,7 +178,7 @@ export class ReplicateEngine implements Engine {
 
   /**
    * Polls until the prediction is final, reporting the progress its logs show. When the signal fires, the
-   * prediction is canceled before the signal's reason is thrown.
+   * prediction is canceled before the signal's reason is thrown (but for the worker's shutdown).
    */
   private async follow(prediction: Prediction, request: EngineRequest): Promise<Prediction> {
     const { signal, onProgress } = request;
@@ -189,7 +196,7 @@ export class ReplicateEngine implements Engine {
         current = await this.client.predictions.get(current.id, { signal });
       }
     } catch (error) {
-      if (signal?.aborted) await this.cancel(current.id);
+      if (signal?.aborted && !handsOver(signal)) await this.cancel(current.id);
       throw error;
     }
   }

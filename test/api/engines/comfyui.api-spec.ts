@@ -100,6 +100,33 @@ describe('the comfyui engine kind in the built service', () => {
     }
   }, 90_000);
 
+  it('leaves its prompt running at a rollout, for the next worker to follow: run once, never interrupted, its slot kept', async () => {
+    fake.maxInFlight = 0;
+    // The prompt still runs long after its worker stopped.
+    fake.switches.stepMs = 600;
+    // Past this, a worker told to stop stops its jobs: far sooner than the prompt's 8 steps.
+    const leaving = await processes.start('worker', { ...serviceEnv, SHUTDOWN_TIMEOUT_MS: '200' });
+    const { id } = await submit();
+    await waitUntil(() => promptsOf(id)[0]?.state === 'running', 'the prompt to run');
+    const interruptsBefore = fake.interrupts.length;
+    const worker = await processes.start('worker', serviceEnv);
+    try {
+      expect(await leaving.stop('SIGTERM')).toBe(0);
+      // Taken at once by the worker left, while the first job's prompt still runs and before that job's next attempt:
+      // it must wait for the slot the stopped worker left taken.
+      const { id: next } = await submit();
+
+      const items = await Promise.all([id, next].map((job) => waitForFinal(api.baseUrl, key, job, 45_000)));
+
+      for (const item of items) await expectCompleteWithOutputs(api.baseUrl, item);
+      expect(promptsOf(id).map(({ state }) => state)).toEqual(['success']);
+      expect(fake.interrupts.slice(interruptsBefore)).toEqual([]);
+      expect(fake.maxInFlight).toBe(1);
+    } finally {
+      await processes.stop(worker);
+    }
+  }, 90_000);
+
   it('keeps one prompt at most in flight on the server across two workers when its concurrency is 1', async () => {
     fake.maxInFlight = 0;
     fake.switches.stepMs = 20;

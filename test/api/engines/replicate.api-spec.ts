@@ -61,6 +61,8 @@ describe('the replicate engine in the built service', () => {
   let api: PrismProxy;
   let service: RunningService;
   let key: string;
+  /** The routing file on the fake, and its token: every process's settings. */
+  let settings: Record<string, string>;
 
   beforeAll(async () => {
     env = await createTestEnvironment();
@@ -74,7 +76,8 @@ describe('the replicate engine in the built service', () => {
     const file = join(env.dataDir, 'engines.yaml');
     await writeFile(file, enginesFile(api.url));
     processes = new Processes(env);
-    service = await processes.start('all', { ENGINES_FILE: file, REPLICATE_API_TOKEN: fake.token });
+    settings = { ENGINES_FILE: file, REPLICATE_API_TOKEN: fake.token };
+    service = await processes.start('all', settings);
     ({ key } = await createUser(env));
   }, 120_000);
 
@@ -131,4 +134,32 @@ describe('the replicate engine in the built service', () => {
     expect(prediction.status).toBe('canceled');
     expect(api.violations).toEqual([]);
   }, 60_000);
+
+  it('leaves its prediction running at a rollout, for the next worker to follow: created once, never canceled', async () => {
+    // An API and workers apart, as deployed: the worker stopped here is the one running the job.
+    await processes.stop(service);
+    const apiAlone = await processes.start('api', settings);
+    // Past this, a worker told to stop stops its jobs: far sooner than the prediction's run.
+    const leaving = await processes.start('worker', { ...settings, SHUTDOWN_TIMEOUT_MS: '200' });
+    fake.run({ kind: 'succeed', steps: 8, stepMs: 500 });
+    const image = await makeImage(280, 220, 'png', '#3a6ea5');
+    const id = await createJob(apiAlone.baseUrl, key, {
+      tool: 'default',
+      image: { data: image, filename: 'photo.png', contentType: 'image/png' },
+    });
+    await fake.waitFor(
+      (f) => f.predictions.some((p) => p.input['image'] === sha256(image) && p.status === 'processing'),
+      'the prediction to run',
+    );
+    const cancelsBefore = fake.cancels.length;
+
+    expect(await leaving.stop('SIGTERM')).toBe(0);
+    await processes.start('worker', settings);
+    const item = await final(apiAlone.baseUrl, key, id, 45_000);
+
+    await expectCompleteWithOutputs(apiAlone.baseUrl, item);
+    expect(fake.predictions.filter((p) => p.input['image'] === sha256(image))).toHaveLength(1);
+    expect(fake.cancels.slice(cancelsBefore)).toEqual([]);
+    expect(api.violations).toEqual([]);
+  }, 90_000);
 });
