@@ -2,7 +2,8 @@
 /**
  * The mock a frontend builds against (`npm run mock`): Prism serves the contract's examples, and in front of it this
  * server answers the media paths with real example images (the local engine's outputs in docs/examples, so a page
- * built on the mock shows pictures) and serves the playground (dist/playground, built by `npm run build`).
+ * built on the mock shows pictures) and serves the playground (dist/playground). It answers as the service does
+ * with the service's own code (dist/, built by `npm run build`): `Prefer` parsing, problem documents, request ids.
  *
  *   MOCK_HOST (127.0.0.1), MOCK_PORT (4010)
  *
@@ -23,7 +24,7 @@
  * What the mock does not check is listed in docs/api-guide.md ("Building a frontend").
  */
 import { spawn } from 'node:child_process';
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { createServer, request as forward } from 'node:http';
@@ -33,6 +34,9 @@ import { fileURLToPath } from 'node:url';
 import busboy from 'busboy';
 import sharp from 'sharp';
 import { parse } from 'yaml';
+import { assignRequestId } from '../dist/common/logging.js';
+import { preferredWait } from '../dist/common/prefer.js';
+import { DomainError } from '../dist/common/problem.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const host = process.env.MOCK_HOST ?? '127.0.0.1';
@@ -57,8 +61,6 @@ const RESULTS = [
   'default',
 ].map((example) => join(root, 'docs/examples', example, 'output.jpg'));
 /** As the service (src/common/logging.ts): a client's own request id is kept when it is sane and holds no key. */
-const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
-const MAX_WAIT_SECONDS = 60;
 
 const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
 const OPERATIONS = operationsOf(contract);
@@ -86,7 +88,7 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
 }
 
 const server = createServer((request, response) => {
-  response.setHeader('X-Request-Id', requestIdOf(request));
+  assignRequestId(request, response);
   const path = decodeURIComponent((request.url ?? '/').split('?')[0]);
   const media = /^\/media\/([0-9a-fA-F-]{36})\/(preview\.webp|stock\.jpg)$/.exec(path);
   const handled =
@@ -120,7 +122,13 @@ async function mockOperation(request, response) {
   // The contract serves job creation at both paths; Prism knows only the one the contract lists.
   const path = rawPath === JOB_CREATION.path.replace(/\/$/, '') ? JOB_CREATION.path : rawPath;
   const operation = OPERATIONS.find((candidate) => candidate.method === request.method && candidate.pattern.test(path));
-  const wait = operation?.takesPreferWait ? preferredWait(request.headers.prefer) : undefined;
+  let wait;
+  let waitRefused;
+  try {
+    wait = operation?.takesPreferWait ? preferredWait(request.headers.prefer) : undefined;
+  } catch (error) {
+    waitRefused = error;
+  }
   const headers = { ...request.headers };
   const creation = operation === JOB_CREATION;
   if (creation && !/(^|[,;\s])code\s*=/i.test(String(headers.prefer ?? ''))) {
@@ -136,26 +144,20 @@ async function mockOperation(request, response) {
   const answerHeaders = { ...answer.headers };
   delete answerHeaders['content-length'];
   delete answerHeaders['preference-applied'];
-  const problem = (status, problemBody) => {
-    response.writeHead(status, { ...answerHeaders, 'content-type': 'application/problem+json' });
-    response.end(JSON.stringify(problemBody));
+  const problem = (error) => {
+    response.writeHead(error.status, { ...answerHeaders, 'content-type': 'application/problem+json' });
+    response.end(JSON.stringify(error.toProblem()));
   };
 
   if (answer.status === 400 || answer.status === 422) {
     const refused = refusalOf(answer);
-    if (refused) return problem(refused.status, refused);
+    if (refused) return problem(refused);
   }
   if (answer.status >= 200 && answer.status < 300) {
-    if (wait === 'invalid') {
-      const message = `wait must be a whole number of seconds from 1 to ${MAX_WAIT_SECONDS}`;
-      return problem(
-        400,
-        problemOf('validation_failed', `Invalid Prefer: ${message}.`, [{ field: 'Prefer', message }]),
-      );
-    }
+    if (waitRefused) return problem(waitRefused);
     const tool = creation ? await formField(request.headers['content-type'], body, 'tool') : undefined;
     if (tool !== undefined && !TOOLS.has(tool)) {
-      return problem(422, problemOf('unknown_tool', `There is no tool "${tool}"; see GET /generation/tools.`));
+      return problem(new DomainError('unknown_tool', `There is no tool "${tool}"; see GET /generation/tools.`));
     }
     if (typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
   }
@@ -177,22 +179,22 @@ function refusalOf(answer) {
   if (violations.length === 0) {
     // Prism's own answer to a body it cannot parse, not a problem document.
     return answer.status === 400 && !contentType.startsWith('application/problem+json')
-      ? problemOf('bad_request', 'The request body is not valid JSON.')
+      ? new DomainError('bad_request', 'The request body is not valid JSON.')
       : undefined;
   }
   if (!documented) return undefined;
   if (violations.some((violation) => violation.location.length < 2)) {
     // The whole request, not a field of it: a content type the operation does not take.
-    return problemOf('bad_request', `The request's content type is not accepted (${violations[0].message}).`);
+    return new DomainError('bad_request', `The request's content type is not accepted (${violations[0].message}).`);
   }
   const errors = violations.map(fieldErrorOf);
   // The service answers every fault of a webhook URL (its format, its length) with a code of its own, once the
   // other fields, checked first, are right.
   const [webhook] = errors;
   if (errors.every((error) => error.field === 'webhook_url')) {
-    return problemOf('invalid_webhook_url', `Invalid webhook_url: it ${webhook.message}.`, errors);
+    return new DomainError('invalid_webhook_url', `Invalid webhook_url: it ${webhook.message}.`, { errors });
   }
-  return problemOf('validation_failed', `Invalid ${errors[0].field}: ${errors[0].message}.`, errors);
+  return new DomainError('validation_failed', `Invalid ${errors[0].field}: ${errors[0].message}.`, { errors });
 }
 
 /**
@@ -206,39 +208,6 @@ function fieldErrorOf({ location, message }) {
   const at = named ? message.indexOf(` ${named} `) : -1;
   const text = at >= 0 ? message.slice(at + named.length + 2) : message.replace(/^Request (body )?/, '');
   return { field, message: text };
-}
-
-function problemOf(code, detail, errors) {
-  const titles = {
-    bad_request: 'Bad request',
-    validation_failed: 'Validation failed',
-    unknown_tool: 'Unknown tool',
-    invalid_webhook_url: 'Invalid webhook URL',
-  };
-  const status = code === 'unknown_tool' || code === 'invalid_webhook_url' ? 422 : 400;
-  return { type: `urn:igs:problem:${code}`, title: titles[code], status, detail, code, ...(errors ? { errors } : {}) };
-}
-
-/** As the service (src/common/prefer.ts): `wait=N` in `Prefer`, N seconds from 1 to 60; other preferences ignored. */
-function preferredWait(header) {
-  const values = Array.isArray(header) ? header : header === undefined ? [] : [header];
-  for (const preference of values.flatMap((value) => value.split(','))) {
-    const [nameAndValue] = preference.split(';');
-    const equals = nameAndValue.indexOf('=');
-    const name = (equals < 0 ? nameAndValue : nameAndValue.slice(0, equals)).trim();
-    if (name.toLowerCase() !== 'wait') continue;
-    const value = equals < 0 ? '' : nameAndValue.slice(equals + 1).trim();
-    const unquoted = /^"(.*)"$/.exec(value)?.[1] ?? value;
-    const seconds = /^\d{1,10}$/.test(unquoted) ? Number(unquoted) : NaN;
-    return seconds >= 1 && seconds <= MAX_WAIT_SECONDS ? seconds : 'invalid';
-  }
-  return undefined;
-}
-
-function requestIdOf(request) {
-  const incoming = request.headers['x-request-id'];
-  const sane = typeof incoming === 'string' && CLIENT_REQUEST_ID.test(incoming) && !/igs_/i.test(incoming);
-  return sane ? incoming : randomUUID();
 }
 
 /** The contract's operations: method, path, a pattern matching concrete paths, and whether it reads Prefer: wait. */

@@ -12,7 +12,7 @@ const CLIENT_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 type Request = IncomingMessage & { id?: string };
 
 /** A client's own X-Request-Id is kept when it is sane, so one id follows a request across systems. */
-function assignRequestId(request: Request, response: ServerResponse): void {
+export function assignRequestId(request: Request, response: ServerResponse): void {
   const incoming = request.headers['x-request-id'];
   // An id shaped like an API key would put a key into every log line of the request.
   const sane = typeof incoming === 'string' && CLIENT_REQUEST_ID.test(incoming) && !containsApiKey(incoming);
