@@ -94,6 +94,14 @@ const POLL_DELAYS_MS = [2000, 4000, 8000];
 const MAX_WAIT_SECONDS = 60;
 /** How long to wait before opening a stream again when the service named no `retry:` (an EventSource's default). */
 const DEFAULT_RETRY_MS = 3000;
+/**
+ * What a wait is carried through rather than given up for: the service out of reach (0), between replicas or
+ * overloaded behind its proxy (502, 503, 504), or asking for time (429).
+ */
+const TRANSIENT_STATUSES: readonly number[] = [0, 429, 502, 503, 504];
+/** The longest wait after a first transient failure (half of each wait is random); each failure in a row doubles it. */
+const BACKOFF_FIRST_MS = 1000;
+const BACKOFF_LONGEST_MS = 30_000;
 
 export function createClient(options: ClientOptions): Client {
   return new Client(options);
@@ -174,7 +182,9 @@ export class Client {
    * it again when the service asks (a replica shutting down ends its streams with a `reconnect` event: the same URL
    * then reaches another, and the new stream starts with the item as it is now); where a stream cannot be had (a proxy
    * that buffers, an old runtime), holds `Prefer: wait` requests; where the service does not hold them, polls every 2,
-   * 4, then 8 s. Stops with the signal's reason when it is aborted.
+   * 4, then 8 s. The service out of reach or answering 429, 502, 503 or 504 is waited out (see {@link retrying}), so a
+   * restart or a brief outage only delays the answer. Rejects with a refusal (401, 403, 404) as a ServiceError, and
+   * with the signal's reason when it is aborted.
    */
   async waitForJob(id: string, options: WaitOptions = {}): Promise<HistoryItem> {
     const { signal } = options;
@@ -183,19 +193,23 @@ export class Client {
       const final = await this.followEvents(id, signal, onUpdate);
       if (final) return final;
     } catch (error) {
-      // A refusal (404, 401, 429) is the caller's to see; a broken stream falls back to requests.
-      if (error instanceof ServiceError && error.status !== 0) throw error;
       signal?.throwIfAborted();
+      // A refusal is the caller's to see; a stream that broke or could not be had falls back to requests.
+      if (error instanceof ServiceError && !isTransient(error)) throw error;
     }
     let polls = 0;
     for (;;) {
       signal?.throwIfAborted();
-      const response = await this.send(() =>
-        this.http.GET('/user/generation-history/{id}', {
-          params: { path: { id } },
-          headers: { Prefer: `wait=${MAX_WAIT_SECONDS}` },
-          signal,
-        }),
+      const response = await retrying(
+        () =>
+          this.send(() =>
+            this.http.GET('/user/generation-history/{id}', {
+              params: { path: { id } },
+              headers: { Prefer: `wait=${MAX_WAIT_SECONDS}` },
+              signal,
+            }),
+          ),
+        signal,
       );
       const item = dataOf(response);
       onUpdate?.(item);
@@ -289,8 +303,8 @@ export class Client {
     signal: AbortSignal | undefined,
     onUpdate: ((item: HistoryItem) => void) | undefined,
   ): Promise<HistoryItem | null> {
-    for (;;) {
-      const response = await this.send(() =>
+    const open = () =>
+      this.send(() =>
         this.http.GET('/user/generation-history/{id}/events', {
           params: { path: { id } },
           headers: { Accept: 'text/event-stream' },
@@ -298,6 +312,8 @@ export class Client {
           signal,
         }),
       );
+    let response = await open();
+    for (;;) {
       const body = response.response.body;
       if (!body) return null;
       const stream: StreamState = {};
@@ -311,6 +327,9 @@ export class Client {
       }
       if (!reconnect) return null;
       await sleep(stream.retryMs ?? DEFAULT_RETRY_MS, signal);
+      // This service serves streams: the replica that answers next may still be starting (a restart), and is waited
+      // for rather than the stream given up for requests.
+      response = await retrying(open, signal);
     }
   }
 
@@ -321,13 +340,7 @@ export class Client {
       result = await request();
     } catch (error) {
       if (isAbort(error)) throw error;
-      throw new ServiceError(
-        0,
-        'network_error',
-        `The service could not be reached: ${String(error)}`,
-        undefined,
-        undefined,
-      );
+      throw unreachable(error);
     }
     const { response } = result;
     if (response.ok) return result;
@@ -372,6 +385,42 @@ function isProblem(value: unknown): value is Problem {
 
 function isAbort(error: unknown): boolean {
   return error instanceof Error && (error.name === 'AbortError' || error.name === 'TimeoutError');
+}
+
+function unreachable(cause: unknown): ServiceError {
+  return new ServiceError(
+    0,
+    'network_error',
+    `The service could not be reached: ${String(cause)}`,
+    undefined,
+    undefined,
+  );
+}
+
+function isTransient(error: unknown): error is ServiceError {
+  return error instanceof ServiceError && TRANSIENT_STATUSES.includes(error.status);
+}
+
+/**
+ * The client's one retry policy: runs `request` until it succeeds, waiting after each transient failure in a row the
+ * `Retry-After` the service named, or else twice as long as the time before up to {@link BACKOFF_LONGEST_MS}, half of
+ * it at random, so that the clients a stopped replica let go come back spread out rather than all at once. Any other
+ * failure is rethrown; the signal's reason once it is aborted.
+ */
+async function retrying<T>(request: () => Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  for (let failures = 0; ; failures++) {
+    try {
+      return await request();
+    } catch (error) {
+      signal?.throwIfAborted();
+      if (!isTransient(error)) throw error;
+      const backoff = Math.min(BACKOFF_LONGEST_MS, BACKOFF_FIRST_MS * 2 ** failures);
+      await sleep(
+        error.retryAfter === undefined ? backoff / 2 + (Math.random() * backoff) / 2 : error.retryAfter * 1000,
+        signal,
+      );
+    }
+  }
 }
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {

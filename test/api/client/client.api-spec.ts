@@ -3,7 +3,7 @@ import { Webhook } from 'standardwebhooks';
 import { type Client, type HistoryItem, ServiceError, createClient } from '../../../client/src/index.js';
 import { verifyWebhook } from '../../../client/src/webhooks.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { waitUntil } from '../../support/harness.js';
+import { Processes, waitUntil } from '../../support/harness.js';
 import { type RunningMock, startMock } from '../../support/mock.js';
 import { type ScriptedEvents, startScriptedEvents } from '../../support/scripted-events.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
@@ -178,6 +178,55 @@ describe('the typed client against the service', () => {
   }, 60_000);
 });
 
+/**
+ * A job waited on while its API process is stopped and started again, as a one-replica rollout does it: the process
+ * gets SIGTERM (its streams end with `event: reconnect`) and a new one listens on the same port a moment later.
+ */
+describe('the typed client across a restart of the API', () => {
+  let env: TestEnvironment;
+  let processes: Processes;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    processes = new Processes(env);
+  }, 60_000);
+
+  afterAll(async () => {
+    await processes?.stopAll();
+    await env?.dispose();
+  }, 60_000);
+
+  it('waits while the API is gone and answers the complete item once it is back and a worker runs the job', async () => {
+    const first = await processes.start('api');
+    const port = new URL(first.baseUrl).port;
+    const apiKey = await createUserWithKey(env.databaseUrl);
+    let unreachable = 0;
+    const counting: typeof fetch = (input, init) =>
+      fetch(input, init).catch((error: unknown) => {
+        unreachable++;
+        throw error;
+      });
+    const sut = createClient({ baseUrl: first.baseUrl, apiKey, fetch: counting });
+    const { history_item_id: id } = await sut.createJob({
+      tool: 'default',
+      images: { image: await example('default/input-image.jpg') },
+    });
+    const updates: HistoryItem[] = [];
+    const waiting = sut.waitForJob(id, { onUpdate: (item) => updates.push(item) }).catch((error: unknown) => error);
+    await waitUntil(() => updates.length === 1, 'the client to follow the pending job');
+
+    expect(await processes.stop(first)).toBe(0);
+    await waitUntil(() => unreachable >= 2, 'the client to find the API gone, twice');
+    await processes.start('api', { PORT: port });
+    await processes.start('worker');
+
+    const final = await waiting;
+    expect(final).toMatchObject({ history_item_id: id, status: 'complete' });
+    expect([...new Set(updates.map((item) => item.status))]).toEqual(['pending', 'complete']);
+    expect(updates.at(-1)).toEqual(final);
+  }, 60_000);
+});
+
 /** The same client against `npm run mock`, as a frontend team uses it before the service exists. */
 describe('the typed client against the mock', () => {
   let mock: RunningMock;
@@ -240,8 +289,11 @@ describe('the typed client following the progress of a job', () => {
     updated_at: '2025-06-01T12:00:14.512Z',
     completed_at: '2025-06-01T12:00:14.512Z',
   };
-  /** What the item's own URL answers next, for a client that no longer has its stream. */
-  let answers: { item: HistoryItem; held: boolean }[] = [];
+  /**
+   * What the item's own URL answers next, for a client that no longer has its stream: the item, or a failure as a
+   * proxy or the service answers it.
+   */
+  let answers: ({ item: HistoryItem; held: boolean } | { status: number; retryAfter?: number })[] = [];
   let server: ScriptedEvents;
   let sut: Client;
 
@@ -249,6 +301,10 @@ describe('the typed client following the progress of a job', () => {
     server = await startScriptedEvents((request, response) => {
       const answer = request.url === `/user/generation-history/${id}` ? answers.shift() : undefined;
       if (!answer) return void response.writeHead(404).end();
+      if ('status' in answer) {
+        const retryAfter = answer.retryAfter === undefined ? {} : { 'Retry-After': String(answer.retryAfter) };
+        return void response.writeHead(answer.status, retryAfter).end();
+      }
       response
         .writeHead(200, {
           'Content-Type': 'application/json',
@@ -308,5 +364,19 @@ describe('the typed client following the progress of a job', () => {
     expect(await waiting).toEqual(complete);
     expect(progress).toEqual([0.2, 0.5, 1]);
     expect(answers).toEqual([]);
+  });
+
+  it('waits out a 503 and a 429 (for its Retry-After) while it polls, and rejects at once on a refusal', async () => {
+    answers = [{ status: 503 }, { status: 429, retryAfter: 1 }, { item: complete, held: true }];
+    const waiting = sut.waitForJob(id);
+    (await server.nextStream()).end();
+
+    expect(await waiting).toEqual(complete);
+    expect(answers).toEqual([]);
+
+    const refused = sut.waitForJob(id).catch((error: unknown) => error);
+    (await server.nextStream()).end();
+
+    expect(await refused).toMatchObject({ name: 'ServiceError', status: 404 });
   });
 });
