@@ -224,19 +224,23 @@ export class Client {
    * Follows every change of the caller's history (`GET /user/events`) until the signal is aborted, for history pages.
    * Whenever the stream ends (a replica shutting down asks for it with a `reconnect` event, a proxy cuts it, the
    * network fails) it is opened again at the same URL, and `onOpen` runs again so that the caller lists the history
-   * afresh. Rejects with the signal's reason, or with a refusal (401, 403) as a ServiceError.
+   * afresh; while the service is out of reach or answers 429, 502, 503 or 504 it is tried again (see
+   * {@link retrying}). Rejects with the signal's reason, or with a refusal (401, 403) as a ServiceError.
    */
   async followHistory(options: HistoryEventsOptions): Promise<never> {
     const { signal } = options;
-    for (let failures = 0; ;) {
+    for (;;) {
+      const response = await retrying(
+        () =>
+          this.send(() =>
+            this.http.GET('/user/events', { headers: { Accept: 'text/event-stream' }, parseAs: 'stream', signal }),
+          ),
+        signal,
+      );
       const stream: StreamState = {};
+      const body = response.response.body;
       try {
-        const response = await this.send(() =>
-          this.http.GET('/user/events', { headers: { Accept: 'text/event-stream' }, parseAs: 'stream', signal }),
-        );
-        failures = 0;
         await options.onOpen?.();
-        const body = response.response.body;
         for await (const event of body ? serverSentEvents(body, signal, stream) : []) {
           if (event.type === 'item') options.onItem?.(JSON.parse(event.data) as HistoryItem);
           else if (event.type === 'deleted') {
@@ -245,10 +249,9 @@ export class Client {
         }
       } catch (error) {
         signal.throwIfAborted();
-        if (!(error instanceof ServiceError) || ![0, 429, 503].includes(error.status)) throw error;
-        const delay = POLL_DELAYS_MS[Math.min(failures++, POLL_DELAYS_MS.length - 1)];
-        await sleep(error.retryAfter === undefined ? delay : error.retryAfter * 1000, signal);
-        continue;
+        // A stream cut off midway (a replica gone without a word), or the caller's listing in `onOpen` failing as the
+        // service went, is opened again like a stream that ended.
+        if (!isTransient(error)) throw error;
       }
       await sleep(stream.retryMs ?? DEFAULT_RETRY_MS, signal);
     }
@@ -459,7 +462,9 @@ async function* serverSentEvents(
   let buffer = '';
   try {
     for (;;) {
-      const { value, done } = await reader.read();
+      const { value, done } = await reader.read().catch((error: unknown) => {
+        throw isAbort(error) ? error : unreachable(error);
+      });
       if (done) return;
       buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, '\n');
       let end: number;

@@ -185,6 +185,8 @@ describe('the typed client against the service', () => {
 describe('the typed client across a restart of the API', () => {
   let env: TestEnvironment;
   let processes: Processes;
+  /** Stops the history follower even when the test fails first: it would retry, and keep Jest running, for good. */
+  const following = new AbortController();
 
   beforeAll(async () => {
     env = await createTestEnvironment();
@@ -192,6 +194,7 @@ describe('the typed client across a restart of the API', () => {
   }, 60_000);
 
   afterAll(async () => {
+    following.abort();
     await processes?.stopAll();
     await env?.dispose();
   }, 60_000);
@@ -207,6 +210,21 @@ describe('the typed client across a restart of the API', () => {
         throw error;
       });
     const sut = createClient({ baseUrl: first.baseUrl, apiKey, fetch: counting });
+    // A history page: what it shows of each item, listed afresh each time its stream opens, then kept up to date.
+    const page = createClient({ baseUrl: first.baseUrl, apiKey });
+    const shown = new Map<string, HistoryItem>();
+    let opened = 0;
+    const history = page
+      .followHistory({
+        signal: following.signal,
+        onOpen: async () => {
+          opened++;
+          for (const item of (await page.history()).items) shown.set(item.history_item_id, item);
+        },
+        onItem: (item) => shown.set(item.history_item_id, item),
+      })
+      .catch((error: unknown) => error);
+    await waitUntil(() => opened === 1, 'the history stream to open');
     const { history_item_id: id } = await sut.createJob({
       tool: 'default',
       images: { image: await example('default/input-image.jpg') },
@@ -224,6 +242,11 @@ describe('the typed client across a restart of the API', () => {
     expect(final).toMatchObject({ history_item_id: id, status: 'complete' });
     expect([...new Set(updates.map((item) => item.status))]).toEqual(['pending', 'complete']);
     expect(updates.at(-1)).toEqual(final);
+    await waitUntil(() => shown.get(id)?.status === 'complete', 'the history page to show it complete');
+    expect(shown.get(id)).toEqual(final);
+    expect(opened).toBe(2);
+    following.abort();
+    expect(await history).toMatchObject({ name: 'AbortError' });
   }, 60_000);
 });
 
