@@ -1,6 +1,6 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { chmod, link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -59,15 +59,28 @@ export class EmbeddedDatabase {
 
 /** In the data directory: the password connections give, made on the first start. */
 const PASSWORD_FILE = 'igs-wire-password';
+/** What the password file holds; anything else (an empty file a crash left) is made anew. */
+const PASSWORD = /^[0-9a-f]{48}$/;
 
 async function passwordOf(file: string): Promise<string> {
-  try {
-    return (await readFile(file, 'utf8')).trim();
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
-    const password = randomBytes(24).toString('hex');
-    await writeFile(file, password, { mode: 0o600, flag: 'wx' });
-    return password;
+  for (;;) {
+    const kept = await readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return undefined;
+      throw error;
+    });
+    if (kept !== undefined && PASSWORD.test(kept.trim())) return kept.trim();
+    // Written whole under another name, then linked into place: the file never exists half-written, and of two
+    // processes starting at once, the one that links second reads the first's.
+    const draft = `${file}.${process.pid}`;
+    await writeFile(draft, randomBytes(24).toString('hex'), { mode: 0o600 });
+    try {
+      if (kept !== undefined) await rm(file);
+      await link(draft, file);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    } finally {
+      await rm(draft, { force: true });
+    }
   }
 }
 
@@ -83,6 +96,8 @@ const QUERY = 0x51; // 'Q'
 const FLUSH = 0x48; // 'H'
 const TERMINATE = 0x58; // 'X'
 const PASSWORD_MESSAGE = 0x70; // 'p'
+/** Far above what a startup or password message holds (PostgreSQL itself refuses a startup packet over 10,000 bytes). */
+const STARTUP_MAX_BYTES = 10_000;
 /** AuthenticationCleartextPassword: the password in plain text, which on loopback nobody else sees. */
 const ASK_PASSWORD = Uint8Array.of(0x52, 0, 0, 0, 8, 0, 0, 0, 3);
 const SYNC_MESSAGE = Uint8Array.of(SYNC, 0, 0, 0, 4);
@@ -122,6 +137,8 @@ class WireConnection {
   private work = Promise.resolve();
   private releaseSession?: () => void;
   private closed = false;
+  /** Nothing more is read: the client broke the protocol or gave a wrong password. */
+  private refused = false;
 
   constructor(
     private readonly db: PGlite,
@@ -145,7 +162,7 @@ class WireConnection {
 
   private receive(chunk: Buffer): void {
     this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
-    for (;;) {
+    while (!this.refused) {
       const message = this.started || this.startup ? this.nextTypedMessage() : this.nextStartupMessage();
       if (!message) return;
       if (this.started) this.onMessage(message);
@@ -158,6 +175,7 @@ class WireConnection {
   private nextStartupMessage(): Buffer | undefined {
     if (this.buffer.length < 8) return undefined;
     const length = this.buffer.readInt32BE(0);
+    if (length < 8 || length > STARTUP_MAX_BYTES) return this.refuse();
     if (this.buffer.length < length) return undefined;
     return this.take(length);
   }
@@ -165,9 +183,20 @@ class WireConnection {
   /** After startup, a message is a type byte and a length (4 bytes, itself included, the type byte not). */
   private nextTypedMessage(): Buffer | undefined {
     if (this.buffer.length < 5) return undefined;
-    const length = 1 + this.buffer.readInt32BE(1);
+    const declared = this.buffer.readInt32BE(1);
+    if (declared < 4 || (!this.started && declared > STARTUP_MAX_BYTES)) return this.refuse();
+    const length = 1 + declared;
     if (this.buffer.length < length) return undefined;
     return this.take(length);
+  }
+
+  /** Ends a connection that broke the protocol (a length that cannot be) or gave a wrong password. */
+  private refuse(answer?: Buffer): undefined {
+    this.refused = true;
+    this.buffer = Buffer.alloc(0);
+    if (answer) this.socket.end(answer);
+    else this.socket.destroy();
+    return undefined;
   }
 
   private take(length: number): Buffer {
@@ -193,8 +222,7 @@ class WireConnection {
     const given = message.subarray(5, message.length - 1);
     const expected = Buffer.from(this.password);
     if (message[0] !== PASSWORD_MESSAGE || given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      this.socket.removeAllListeners('data');
-      this.socket.end(passwordRefused());
+      this.refuse(passwordRefused());
       return;
     }
     this.started = true;

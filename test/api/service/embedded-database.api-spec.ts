@@ -1,4 +1,5 @@
-import { readFile, stat } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import pg from 'pg';
 import { expectMatchesContract } from '../../support/contract.js';
@@ -13,6 +14,15 @@ const STARTUP_TIMEOUT_MS = 60_000;
 async function startupOutput(service: RunningService): Promise<string> {
   while (!service.output().includes('Serving role')) await new Promise((resolve) => setTimeout(resolve, 50));
   return service.output();
+}
+
+/** A protocol 3.0 startup message for user postgres, as a client sends it first. */
+function startupMessage(): Buffer {
+  const body = Buffer.from('user\0postgres\0database\0postgres\0\0', 'latin1');
+  const head = Buffer.alloc(8);
+  head.writeInt32BE(8 + body.length, 0);
+  head.writeInt32BE(196608, 4);
+  return Buffer.concat([head, body]);
 }
 
 describe('the service on its embedded database (no DATABASE_URL)', () => {
@@ -45,6 +55,25 @@ describe('the service on its embedded database (no DATABASE_URL)', () => {
   function getTools(key: string): Promise<Response> {
     return fetch(`${sut!.baseUrl}/generation/tools`, { headers: { authorization: `Bearer ${key}` } });
   }
+
+  /** Connects to the embedded database with this password: 1 from `SELECT 1`, or the refusal's SQLSTATE. */
+  const connectAs = async (password: string | undefined) => {
+    const client = new pg.Client({
+      host: '127.0.0.1',
+      port: Number(serviceEnv.EMBEDDED_DB_PORT),
+      user: 'postgres',
+      database: 'postgres',
+      password,
+    });
+    try {
+      await client.connect();
+      return (await client.query<{ one: number }>('SELECT 1 AS one')).rows[0].one;
+    } catch (error) {
+      return (error as { code?: string; message: string }).code ?? (error as Error).message;
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  };
 
   it('prints a demo API key once on its first boot, and nowhere else in its output', () => {
     const keys = [...firstBootOutput.matchAll(DEMO_KEY_LINE)].map((match) => match[1]);
@@ -93,23 +122,6 @@ describe('the service on its embedded database (no DATABASE_URL)', () => {
 
   it("keeps other users of the machine out: its directory is the owner's, and a connection needs its password", async () => {
     const dataDir = serviceEnv.EMBEDDED_DB_DIR;
-    const connectAs = async (password: string | undefined) => {
-      const client = new pg.Client({
-        host: '127.0.0.1',
-        port: Number(serviceEnv.EMBEDDED_DB_PORT),
-        user: 'postgres',
-        database: 'postgres',
-        password,
-      });
-      try {
-        await client.connect();
-        return (await client.query<{ one: number }>('SELECT 1 AS one')).rows[0].one;
-      } catch (error) {
-        return (error as { code?: string; message: string }).code ?? (error as Error).message;
-      } finally {
-        await client.end().catch(() => undefined);
-      }
-    };
 
     expect((await stat(dataDir)).mode & 0o777).toBe(0o700);
     expect((await stat(join(dataDir, 'igs-wire-password'))).mode & 0o777).toBe(0o600);
@@ -121,10 +133,30 @@ describe('the service on its embedded database (no DATABASE_URL)', () => {
     expect((await getTools(demoKey)).status).toBe(200);
   });
 
+  it.each([
+    ['a startup message too short to say what it is', Buffer.from([0, 0, 0, 4, 0, 0, 0, 0])],
+    [
+      'a password message of a negative length',
+      Buffer.concat([startupMessage(), Buffer.from([0x70, 0xff, 0xff, 0xff, 0xff])]),
+    ],
+    ['a startup message of 2 GB', Buffer.from([0x7f, 0xff, 0xff, 0xff, 0, 3, 0, 0])],
+  ])('drops a connection that sends %s, and goes on serving', async (_case, bytes) => {
+    const socket = connect({ host: '127.0.0.1', port: Number(serviceEnv.EMBEDDED_DB_PORT) });
+    socket.on('error', () => undefined);
+    socket.on('data', () => undefined);
+    socket.write(bytes);
+    await new Promise((resolve) => socket.once('close', resolve));
+
+    expect((await getTools(demoKey)).status).toBe(200);
+  });
+
   it(
     'after a restart on the same directory, prints no new key and keeps the old one working',
     async () => {
       expect(await sut!.stop()).toBe(0);
+      // As a crash between creating the password file and writing it would leave it.
+      const passwordFile = join(serviceEnv.EMBEDDED_DB_DIR, 'igs-wire-password');
+      await writeFile(passwordFile, '');
 
       sut = await startService(serviceEnv, STARTUP_TIMEOUT_MS);
       const output = await startupOutput(sut);
@@ -133,6 +165,8 @@ describe('the service on its embedded database (no DATABASE_URL)', () => {
       expect(output).not.toMatch(/igs_[0-9A-Za-z]{40}/);
       expect((await getTools(demoKey)).status).toBe(200);
       expect((await fetch(`${sut.baseUrl}/health/ready`)).status).toBe(200);
+      expect(await readFile(passwordFile, 'utf8')).toMatch(/^[0-9a-f]{48}$/);
+      expect(await connectAs('')).not.toBe(1);
     },
     2 * STARTUP_TIMEOUT_MS,
   );
