@@ -55,6 +55,11 @@ describe('renderOutputs of a remote engine’s image', () => {
       (jpeg: Buffer) => Buffer.concat([jpeg, Buffer.from('GPS Jane Doe SEFT')]),
     ],
     [
+      "an Adobe segment longer than Adobe's",
+      (jpeg: Buffer) =>
+        Buffer.concat([jpeg.subarray(0, 2), segment(0xee, 'Adobe\0\x64\0\0\0\0\x01 Jane Doe home'), jpeg.subarray(2)]),
+    ],
+    [
       'an APP1 segment that is not EXIF',
       (jpeg: Buffer) => Buffer.concat([jpeg.subarray(0, 2), segment(0xe1, 'Jane Doe home'), jpeg.subarray(2)]),
     ],

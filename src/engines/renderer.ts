@@ -50,14 +50,18 @@ const SOI = 0xd8;
 const EOI = 0xd9;
 const SOS = 0xda;
 const APP0 = 0xe0;
+const APP14 = 0xee;
 /**
  * The segments of the image itself: baseline, extended and progressive frames, Huffman and quantization tables,
- * restart interval, scans, and Adobe's colour transform (APP14). JFIF's APP0 is taken without a thumbnail.
+ * restart interval, scans, and Adobe's colour transform (APP14). The two application segments are taken only as
+ * exactly what they are, with room for nothing else: JFIF's APP0 without a thumbnail, Adobe's APP14 of 12 bytes.
  */
-const IMAGE_SEGMENTS = new Set([0xc0, 0xc1, 0xc2, 0xc4, 0xdb, 0xdd, SOS, APP0, 0xee]);
-/** JFIF's APP0 without a thumbnail: its length field, and the identifier that starts it. */
-const JFIF_PLAIN_LENGTH = 16;
-const JFIF_ID = Buffer.from('JFIF\0', 'latin1');
+const IMAGE_SEGMENTS = new Set([0xc0, 0xc1, 0xc2, 0xc4, 0xdb, 0xdd, SOS, APP0, APP14]);
+/** Each application segment allowed: its length field, and the identifier its data starts with. */
+const PLAIN_APPLICATION_SEGMENTS = new Map([
+  [APP0, { length: 16, id: Buffer.from('JFIF\0', 'latin1') }],
+  [APP14, { length: 14, id: Buffer.from('Adobe', 'latin1') }],
+]);
 
 /**
  * A JPEG with nothing but its image, so that serving its bytes as they are shows what re-encoding would and tells
@@ -77,8 +81,11 @@ function isPlainJpeg(data: Buffer): boolean {
     if (marker === EOI) return at + 2 === data.length;
     if (!IMAGE_SEGMENTS.has(marker) || at + 4 > data.length) return false;
     const length = data.readUInt16BE(at + 2);
-    if (marker === APP0 && (length !== JFIF_PLAIN_LENGTH || !data.subarray(at + 4, at + 9).equals(JFIF_ID)))
-      return false;
+    const application = PLAIN_APPLICATION_SEGMENTS.get(marker);
+    if (application) {
+      const id = data.subarray(at + 4, at + 4 + application.id.length);
+      if (length !== application.length || !id.equals(application.id)) return false;
+    }
     at += 2 + length;
     if (marker === SOS) {
       const next = nextMarker(data, at);
