@@ -6,7 +6,9 @@ import sharp, { type Metadata } from 'sharp';
 import type { ComfyRoute, ComfyServerSetting, ComfyWorkflow } from '../../src/config/engine-settings.js';
 import {
   PermanentEngineError,
+  RunHandedOver,
   TransientEngineError,
+  WorkerShutdown,
   type EngineImage,
   type EngineRequest,
 } from '../../src/engines/index.js';
@@ -314,6 +316,25 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
       await notComfy.close();
       page.close();
     }
+  });
+
+  it("leaves the running prompt to the job's next attempt at the worker's shutdown, which follows it", async () => {
+    fake.switches.stepMs = 100;
+    fake.switches.steps = 10;
+    const job = await request();
+    const shutdown = new AbortController();
+    const sut = server.engineFor(route());
+    const stopped = sut.generate({ ...job, signal: shutdown.signal });
+    await fake.waitFor((f) => f.progressSent.length > 0, 'the sampler to start');
+
+    shutdown.abort(new WorkerShutdown());
+
+    expect(await failure(stopped)).toBeInstanceOf(RunHandedOver);
+    expect(fake.prompts[0].state).toBe('running');
+    const meta = await decoded(await sut.generate(job));
+    expect(meta.format).toBe('png');
+    expect(fake.prompts.map(({ state }) => state)).toEqual(['success']);
+    expect(fake.interrupts).toEqual([]);
   });
 
   it('follows the prompt an earlier attempt queued instead of queueing it again, even from another process', async () => {

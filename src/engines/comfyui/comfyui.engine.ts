@@ -133,6 +133,8 @@ export class ComfyEngine implements Engine {
         await request.slot?.take();
         const resumed = await this.resume(recorded, request, active);
         if (resumed.kind === 'finished') return await this.outputOnceDone(resumed.entry, request);
+        // Not on the server: nothing to stop or hand over until it is queued again.
+        active.promptId = undefined;
         // A prompt the server confirmed and then lost went with a restart; one never confirmed is sent again as it was.
         if (recorded.state === 'queued') {
           lost++;
