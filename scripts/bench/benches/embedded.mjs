@@ -3,6 +3,7 @@
  * it, under 8 concurrent clients creating fashion_card jobs (512 px) for 8 s: creations a second and errors. Every
  * answer but 202 counts as an error (the per-user limits are raised out of the way).
  */
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   createBenchEnv,
@@ -34,8 +35,10 @@ export async function run() {
       LIMIT_MAX_PENDING: '1000000',
       LIMIT_CREATIONS_PER_MINUTE: '1000000',
     });
-    // The embedded database speaks the wire protocol on its port: the key is written there like any other.
-    const { authorization } = await createUserWithKey(`postgres://postgres@127.0.0.1:${port}/postgres`);
+    // The embedded database speaks the wire protocol on its port, with the password kept in its directory: the key
+    // is written there like any other.
+    const password = (await readFile(join(env.dataDir, 'pglite', 'igs-wire-password'), 'utf8')).trim();
+    const { authorization } = await createUserWithKey(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`);
     const target = {
       url: `${service.baseUrl}/generation/generate_image_v2/`,
       method: 'POST',
