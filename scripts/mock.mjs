@@ -30,6 +30,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { createServer, request as forward } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
 import { extname, join, normalize } from 'node:path';
+import { buffer } from 'node:stream/consumers';
 import { fileURLToPath } from 'node:url';
 import busboy from 'busboy';
 import sharp from 'sharp';
@@ -60,7 +61,6 @@ const RESULTS = [
   'fabric',
   'default',
 ].map((example) => join(root, 'docs/examples', example, 'output.jpg'));
-/** As the service (src/common/logging.ts): a client's own request id is kept when it is sane and holds no key. */
 
 const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
 const OPERATIONS = operationsOf(contract);
@@ -135,7 +135,7 @@ async function mockOperation(request, response) {
     // Prism answers a `Prefer: code=` it is sent; the client's own choice of code goes through untouched.
     headers.prefer = [headers.prefer, `code=${typeof wait === 'number' ? 200 : 202}`].filter(Boolean).join(', ');
   }
-  const body = await readAll(request);
+  const body = await buffer(request);
   if (body.length > 0 || headers['content-length'] !== undefined) {
     delete headers['transfer-encoding'];
     headers['content-length'] = String(body.length);
@@ -241,19 +241,10 @@ function splitUrl(url) {
   return at < 0 ? [url, ''] : [url.slice(0, at), url.slice(at)];
 }
 
-function readAll(stream) {
-  return new Promise((resolve, reject) => {
-    const chunks = [];
-    stream.on('data', (chunk) => chunks.push(chunk));
-    stream.once('end', () => resolve(Buffer.concat(chunks)));
-    stream.once('error', reject);
-  });
-}
-
 function askPrism(method, path, headers, body) {
   return new Promise((resolve, reject) => {
     const upstream = forward({ host: '127.0.0.1', port: prismPort, method, path, headers }, (answer) => {
-      readAll(answer).then(
+      buffer(answer).then(
         (content) => resolve({ status: answer.statusCode ?? 502, headers: answer.headers, body: content }),
         reject,
       );

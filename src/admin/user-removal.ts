@@ -6,9 +6,7 @@ import { idempotencyKeysOf } from '../generation/idempotency.js';
 import { creationCountersOf } from '../generation/limits.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
-import { progressKey } from '../jobs/job-progress.js';
 import { JobQueue } from '../queue/job-queue.js';
-import { WebhookQueue } from '../queue/webhook-queue.js';
 import { REDIS } from '../redis/redis.module.js';
 import { type UserHoldings, UserRepository, type UserRow } from '../users/user.repository.js';
 import { engineRunKey } from '../worker/engine-runs.js';
@@ -49,7 +47,6 @@ export class UserRemoval {
     private readonly items: HistoryRepository,
     private readonly lifecycle: JobLifecycle,
     private readonly jobs: JobQueue,
-    private readonly webhooks: WebhookQueue,
     @Inject(REDIS) private readonly redis: Redis,
     private readonly config: AppConfig,
   ) {}
@@ -78,10 +75,8 @@ export class UserRemoval {
       }
       const ids = batch.map((item) => item.id);
       await this.untilNoWorkerRuns(ids);
-      for (const id of ids) {
-        if (await this.lifecycle.delete(user.id, id)) removed.items++;
-        await this.webhooks.drop(id);
-      }
+      // Each as the user's own DELETE: with its files, its queue records and webhook message, its progress.
+      for (const id of ids) if (await this.lifecycle.delete(user.id, id)) removed.items++;
       removed.redisKeys += await this.forgetRuns(ids);
     }
     removed.redisKeys += await this.deleteMatching(`${creationCountersOf(user.id)}*`);
@@ -106,10 +101,9 @@ export class UserRemoval {
     }
   }
 
-  /** Deletes what the runs of these jobs left in Redis: progress, remote run ids, engine slots. */
+  /** Deletes what the runs of these jobs left in Redis beyond what a delete takes: remote run ids, engine slots. */
   private async forgetRuns(ids: string[]): Promise<number> {
-    const keys = ids.flatMap((id) => [progressKey(id), engineRunKey(id)]);
-    let forgotten = await this.redis.del(...keys);
+    let forgotten = await this.redis.del(...ids.map(engineRunKey));
     for (const semaphore of await this.keysMatching(`semaphore:${ENGINE_SLOTS}*`)) {
       forgotten += await this.redis.zrem(semaphore, ...ids);
     }

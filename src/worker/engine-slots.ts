@@ -84,9 +84,8 @@ export class EngineSlots {
    * server (none for an engine without `concurrency`), the signal that fires once the job has been with its engine
    * `timeoutMs`, `end` to free what is held once the job's attempt is over, and `handOver` for an attempt whose run
    * goes on for the job's next one (the slot stays taken, its lease lapsing unless that attempt takes it over). The
-   * clock stops while the job waits for a slot,
-   * whose length is other jobs' doing, and runs through the rest: a schema read or an upload that never ends times out
-   * like the model.
+   * clock stops while the job waits for a slot, whose length is other jobs' doing, and runs through the rest: a schema
+   * read or an upload that never ends times out like the model.
    */
   turn(
     engine: { engineName: string; concurrency: number | undefined; timeoutMs: number },
@@ -113,10 +112,17 @@ export class EngineSlots {
     const { concurrency } = engine;
     let taking: Promise<HeldSlot> | undefined;
     let freed = false;
-    const free = async () => {
+    /** Once, whichever way: the slot freed, or left taken for the job's next attempt. */
+    const letGo = async (how: (held: HeldSlot) => Promise<void> | void) => {
       if (!taking || freed) return;
       freed = true;
-      await (await taking.catch(() => undefined))?.release();
+      const held = await taking.catch(() => undefined);
+      if (held) await how(held);
+    };
+    const free = () => letGo((held) => held.release());
+    const stopClockForGood = () => {
+      ended = true;
+      clearTimeout(timer);
     };
     const slot: EngineSlot | undefined =
       concurrency === undefined
@@ -142,19 +148,12 @@ export class EngineSlots {
       slot,
       deadline: deadline.signal,
       end: async () => {
-        ended = true;
-        clearTimeout(timer);
+        stopClockForGood();
         await free();
       },
       handOver: () => {
-        ended = true;
-        clearTimeout(timer);
-        if (!taking || freed) return;
-        freed = true;
-        void taking.then(
-          (held) => held.leave(),
-          () => undefined,
-        );
+        stopClockForGood();
+        void letGo((held) => held.leave());
       },
     };
   }
