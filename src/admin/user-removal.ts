@@ -9,8 +9,7 @@ import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobQueue } from '../queue/job-queue.js';
 import { REDIS } from '../redis/redis.module.js';
 import { type UserHoldings, UserRepository, type UserRow } from '../users/user.repository.js';
-import { engineRunKey } from '../worker/engine-runs.js';
-import { ENGINE_SLOTS } from '../worker/engine-slots.js';
+import { ENGINE_SLOTS, engineRunKey } from '../jobs/engine-runs.js';
 
 /** Items taken per round of a removal. */
 const BATCH = 100;

@@ -74,6 +74,11 @@ export type EngineImage =
 
 export interface Engine {
   generate(request: EngineRequest): Promise<EngineImage>;
+  /**
+   * Stops the run an attempt recorded in its `runs` (the text it remembered) when the job ended between attempts, so
+   * that no attempt will follow it. Engines whose runs end with their attempt have none. A failure is not raised.
+   */
+  abandon?(recorded: string): Promise<void>;
 }
 
 /**

@@ -32,8 +32,8 @@ export type HistoryItemRow = Pick<
 /** What a worker needs to run an item's job. */
 export type JobRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'status' | 'inputs' | 'texts'>;
 
-/** What ending or removing an item leaves to clean up: its inputs, and whose it was. */
-export type EndedRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'status' | 'inputs'>;
+/** What ending or removing an item leaves to clean up: its inputs, whose it was, and its engine's run. */
+export type EndedRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'status' | 'inputs'>;
 
 export interface HistoryQuery {
   page: number;
@@ -49,7 +49,7 @@ const ITEM_COLUMNS = `h.id, h.tool, h.generation_type AS "generationType", h.sta
        h.webhook_url AS "webhookUrl", h.webhook_state AS "webhookState", h.webhook_attempts AS "webhookAttempts",
        h.webhook_last_attempt_at AS "webhookLastAttemptAt", h.webhook_last_status AS "webhookLastStatus"`;
 
-const ENDED_COLUMNS = `id, user_id AS "userId", tool, status, inputs`;
+const ENDED_COLUMNS = `id, user_id AS "userId", tool, generation_type AS "generationType", status, inputs`;
 
 /**
  * Every statement on the job tables (`history_items`, and `history_counts` that triggers keep), and the only place

@@ -6,6 +6,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { JobQueue } from '../queue/job-queue.js';
 import type { WebhookQueue } from '../queue/webhook-queue.js';
 import type { JobStatus, StoredInput } from './history-item.entity.js';
+import type { EngineRuns } from './engine-runs.js';
 import type { EndedRow, HistoryRepository, NewHistoryItem } from './history.repository.js';
 import { type JobEvent, JobEvents } from './job-events.js';
 import { JobLifecycle } from './job-lifecycle.js';
@@ -34,7 +35,9 @@ function newItem(): NewHistoryItem {
 }
 
 /** A history table of one row at most, and the storage and queue around it, all recording into `steps`. */
-function world(options: { queueDown?: boolean; pendingLimitReached?: boolean; insertFails?: boolean } = {}) {
+function world(
+  options: { queueDown?: boolean; pendingLimitReached?: boolean; insertFails?: boolean; workerHoldsJob?: boolean } = {},
+) {
   const steps: Step[] = [];
   let row: (EndedRow & { status: JobStatus }) | undefined;
   const items = {
@@ -42,7 +45,14 @@ function world(options: { queueDown?: boolean; pendingLimitReached?: boolean; in
       if (options.pendingLimitReached) return Promise.resolve(false);
       if (options.insertFails) return Promise.reject(new Error('insert or update on table "history_items" violates'));
       steps.push('insert row');
-      row = { id: item.id, userId: item.userId, tool: item.tool, status: 'pending', inputs: item.inputs };
+      row = {
+        id: item.id,
+        userId: item.userId,
+        tool: item.tool,
+        generationType: item.generationType,
+        status: 'pending',
+        inputs: item.inputs,
+      };
       return Promise.resolve(true);
     },
     completeWhilePending: async (id: string, work: () => Promise<void>) => {
@@ -55,6 +65,13 @@ function world(options: { queueDown?: boolean; pendingLimitReached?: boolean; in
     },
     failWhilePending: (id: string) => {
       if (row?.id !== id || row.status !== 'pending') return Promise.resolve(undefined);
+      row.status = 'error';
+      steps.push('commit error');
+      return Promise.resolve({ ...row });
+    },
+    failOwnedWhilePending: (userId: string, id: string) => {
+      if (row?.id !== id || row.userId !== userId) return Promise.resolve(undefined);
+      if (row.status !== 'pending') return Promise.resolve(row.status);
       row.status = 'error';
       steps.push('commit error');
       return Promise.resolve({ ...row });
@@ -74,8 +91,8 @@ function world(options: { queueDown?: boolean; pendingLimitReached?: boolean; in
       return Promise.resolve();
     },
     drop: () => {
-      steps.push('drop job');
-      return Promise.resolve(true);
+      steps.push(options.workerHoldsJob ? 'drop job: a worker holds it' : 'drop job');
+      return Promise.resolve(!options.workerHoldsJob);
     },
   };
   const store = (name: string) => ({
@@ -108,12 +125,19 @@ function world(options: { queueDown?: boolean; pendingLimitReached?: boolean; in
       return Promise.resolve();
     },
   };
+  const runs = {
+    abandon: (job: { id: string; tool: string; generationType: string }) => {
+      steps.push(`abandon the run of ${job.id} (${job.tool}/${job.generationType})`);
+      return Promise.resolve();
+    },
+  };
   const sut = new JobLifecycle(
     items as unknown as HistoryRepository,
     queue as unknown as JobQueue,
     webhooks as unknown as WebhookQueue,
     events,
     progress as unknown as JobProgress,
+    runs as unknown as EngineRuns,
     metrics as unknown as Metrics,
     store('inputs') as unknown as ObjectStore,
     store('media') as unknown as ObjectStore,
@@ -125,6 +149,7 @@ function world(options: { queueDown?: boolean; pendingLimitReached?: boolean; in
 const settled = () => new Promise((resolve) => setImmediate(resolve));
 
 const DELETE_INPUTS = `inputs: delete ${ID}-clothes, ${ID}-person`;
+const ABANDON_RUN = `abandon the run of ${ID} (fashion_swap/fashion_swap_full)`;
 
 describe('JobLifecycle', () => {
   describe('accept', () => {
@@ -232,7 +257,88 @@ describe('JobLifecycle', () => {
     });
   });
 
+  describe('cancel', () => {
+    it('ends a queued job, drops it, and stops the model run an earlier attempt left going', async () => {
+      const { sut, steps, outcomes, status } = world();
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      expect(await sut.cancel(USER, ID)).toBe('canceled');
+
+      expect(status()).toBe('error');
+      expect(steps).toEqual(['commit error', 'drop job', ABANDON_RUN, DELETE_INPUTS, `media: delete folder ${ID}`]);
+      expect(outcomes).toEqual(['canceled']);
+    });
+
+    it('leaves a job a worker holds, and its run, to that worker, which stops them itself', async () => {
+      const { sut, steps } = world({ workerHoldsJob: true });
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      expect(await sut.cancel(USER, ID)).toBe('canceled');
+
+      expect(steps).toEqual([
+        'commit error',
+        'drop job: a worker holds it',
+        DELETE_INPUTS,
+        `media: delete folder ${ID}`,
+      ]);
+    });
+
+    it('answers the status of an item already final, and changes nothing', async () => {
+      const { sut, steps } = world();
+      await sut.accept(newItem(), 10);
+      await sut.complete(ID, () => Promise.resolve());
+      steps.length = 0;
+
+      expect(await sut.cancel(USER, ID)).toBe('complete');
+
+      expect(steps).toEqual([]);
+    });
+  });
+
+  describe('removeLeftovers', () => {
+    it('of an item ended while a worker held its job: stops the run an earlier attempt left, removes the inputs', async () => {
+      const { sut, steps } = world({ workerHoldsJob: true });
+      await sut.accept(newItem(), 10);
+      await sut.cancel(USER, ID);
+      steps.length = 0;
+
+      await sut.removeLeftovers(ID, { ...newItem(), status: 'error' });
+
+      expect(steps).toEqual([ABANDON_RUN, DELETE_INPUTS, `media: delete folder ${ID}`]);
+    });
+
+    it('of a complete item: keeps its outputs, and has no run to stop', async () => {
+      const { sut, steps } = world();
+
+      await sut.removeLeftovers(ID, { ...newItem(), status: 'complete' });
+
+      expect(steps).toEqual([DELETE_INPUTS]);
+    });
+  });
+
   describe('delete', () => {
+    it('removes a pending item, drops its job, and stops the model run an earlier attempt left going', async () => {
+      const { sut, steps, announced } = world();
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      expect(await sut.delete(USER, ID)).toBe(true);
+      await settled();
+
+      expect(steps).toEqual([
+        'delete row',
+        'drop job',
+        'drop webhook message',
+        'forget progress',
+        ABANDON_RUN,
+        DELETE_INPUTS,
+        `media: delete folder ${ID}`,
+      ]);
+      expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status: 'pending' });
+    });
+
     it('removes a complete item with its outputs, and drops its job', async () => {
       const { sut, steps, announced } = world();
       await sut.accept(newItem(), 10);

@@ -5,6 +5,7 @@ import { Metrics } from '../metrics/metrics.js';
 import { JobQueue } from '../queue/job-queue.js';
 import { WebhookQueue } from '../queue/webhook-queue.js';
 import { inputKeysOf, type JobErrorCode, type JobStatus } from './history-item.entity.js';
+import { EngineRuns } from './engine-runs.js';
 import { type EndedRow, HistoryRepository, type JobRow, type NewHistoryItem } from './history.repository.js';
 import { JobEvents } from './job-events.js';
 import { JobProgress } from './job-progress.js';
@@ -34,6 +35,7 @@ export class JobLifecycle {
     private readonly webhooks: WebhookQueue,
     private readonly events: JobEvents,
     private readonly progress: JobProgress,
+    private readonly runs: EngineRuns,
     private readonly metrics: Metrics,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
@@ -94,27 +96,31 @@ export class JobLifecycle {
   }
 
   /**
-   * Cancels a user's pending job: it ends `error` (`canceled`). A queued job is dropped; a running one is stopped by
-   * its worker, which watches for the change, and its result is thrown away. Resolves the item's status instead when
-   * it was already final, and undefined when the user has no such item.
+   * Cancels a user's pending job: it ends `error` (`canceled`). A queued job is dropped, with the model run an earlier
+   * attempt left going; a running one is stopped by its worker, which watches for the change, and its result is thrown
+   * away. Resolves the item's status instead when it was already final, and undefined when the user has no such item.
    */
   async cancel(userId: string, id: string): Promise<'canceled' | JobStatus | undefined> {
     const item = await this.items.failOwnedWhilePending(userId, id, 'canceled', 'The job was canceled.');
     if (typeof item !== 'object') return item;
-    await this.queue.drop(id);
+    await this.dropQueued(item, { wasPending: true });
     await this.ended(item, 'canceled');
     return 'canceled';
   }
 
   /**
-   * Deletes a user's item, whatever its state: gone for the client at once. A queued job is dropped, and so is a
-   * webhook message still to be sent; a running job finds the item gone when it finishes and throws its result away.
-   * Resolves false when the user has no such item.
+   * Deletes a user's item, whatever its state: gone for the client at once. A queued job is dropped, with the model
+   * run an earlier attempt left going, and so is a webhook message still to be sent; a running job finds the item
+   * gone when it finishes and throws its result away. Resolves false when the user has no such item.
    */
   async delete(userId: string, id: string): Promise<boolean> {
     const item = await this.items.deleteOwned(userId, id);
     if (!item) return false;
-    await Promise.all([this.queue.drop(id), this.webhooks.drop(id), this.progress.forget(id)]);
+    await Promise.all([
+      this.dropQueued(item, { wasPending: item.status === 'pending' }),
+      this.webhooks.drop(id),
+      this.progress.forget(id),
+    ]);
     await this.removeFiles(item, { keepOutputs: false });
     this.events.announce({ kind: 'deleted', historyItemId: id, userId, status: item.status });
     return true;
@@ -148,8 +154,18 @@ export class JobLifecycle {
   async removeLeftovers(id: string, item: JobRow | undefined): Promise<void> {
     // A deleted item's inputs went with its row: the request that deleted it removed them.
     if (item?.status === 'pending') return;
-    if (item) await this.removeFiles(item, { keepOutputs: item.status === 'complete' });
-    else await this.media.deleteFolder(id);
+    if (!item) return this.media.deleteFolder(id);
+    // Ended while this worker held its job, so the request that ended it could not drop it (nor stop its run).
+    if (item.status !== 'complete') await this.runs.abandon(item);
+    await this.removeFiles(item, { keepOutputs: item.status === 'complete' });
+  }
+
+  /**
+   * Drops a pending item's job from the queue and stops the model run an earlier attempt left going (a rollout, a
+   * retry's backoff): nobody will follow it now. A job a worker holds is left to that worker, which stops its own run.
+   */
+  private async dropQueued(item: EndedRow, { wasPending }: { wasPending: boolean }): Promise<void> {
+    if ((await this.queue.drop(item.id)) && wasPending) await this.runs.abandon(item);
   }
 
   private async ended(item: EndedRow, outcome: 'complete' | JobErrorCode): Promise<void> {

@@ -1,6 +1,8 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import { EnginesModule } from '../engines/index.js';
 import { QueueModule } from '../queue/queue.module.js';
+import { EngineRuns } from './engine-runs.js';
 import { HistoryCount } from './history-count.entity.js';
 import { HistoryItem } from './history-item.entity.js';
 import { HistoryRepository } from './history.repository.js';
@@ -14,8 +16,8 @@ export const JOB_ENTITIES = [HistoryItem, HistoryCount];
 
 /** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
 @Module({
-  imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule],
-  providers: [HistoryRepository, JobLifecycle, JobEvents, JobProgress, JobWaits, PendingAge],
-  exports: [HistoryRepository, JobLifecycle, JobEvents, JobProgress, JobWaits, QueueModule],
+  imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule, EnginesModule],
+  providers: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, PendingAge],
+  exports: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, QueueModule],
 })
 export class JobsModule {}

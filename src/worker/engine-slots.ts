@@ -5,13 +5,8 @@ import { Semaphore } from 'redis-semaphore';
 import { inSpan, outsideTraces } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
 import type { EngineSlot } from '../engines/index.js';
+import { ENGINE_SLOTS } from '../jobs/engine-runs.js';
 import { REDIS } from '../redis/redis.module.js';
-
-/**
- * What each engine's semaphore is named after; redis-semaphore keeps it as a sorted set at `semaphore:<name>`, the
- * holders named by their job ids.
- */
-export const ENGINE_SLOTS = 'engine-slots:';
 
 /** A slot one job holds. */
 interface HeldSlot {

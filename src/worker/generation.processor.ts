@@ -8,6 +8,7 @@ import {
 import { inSpan } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
+import { EngineRuns } from '../jobs/engine-runs.js';
 import { JobEvents } from '../jobs/job-events.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobProgress } from '../jobs/job-progress.js';
@@ -23,7 +24,6 @@ import {
   RunHandedOver,
   WorkerShutdown,
 } from '../engines/index.js';
-import { EngineRuns } from './engine-runs.js';
 import { EngineSlots } from './engine-slots.js';
 
 /** How long jobs stopped by a shutdown get to record their stop (their attempt, the model run's cancel, their spans). */

@@ -1,7 +1,6 @@
 import { Module } from '@nestjs/common';
 import { JobsModule } from '../jobs/jobs.module.js';
 import { EnginesModule } from '../engines/index.js';
-import { EngineRuns } from './engine-runs.js';
 import { EngineSlots } from './engine-slots.js';
 import { GenerationProcessor } from './generation.processor.js';
 import { Reconciler } from './reconciler.js';
@@ -9,6 +8,6 @@ import { RetentionSweep } from './retention.js';
 
 @Module({
   imports: [JobsModule, EnginesModule],
-  providers: [EngineSlots, EngineRuns, GenerationProcessor, Reconciler, RetentionSweep],
+  providers: [EngineSlots, GenerationProcessor, Reconciler, RetentionSweep],
 })
 export class WorkerModule {}

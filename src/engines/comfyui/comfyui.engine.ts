@@ -97,6 +97,12 @@ export class ComfyEngine implements Engine {
     return { kind: 'encoded', data };
   }
 
+  /** The prompt leaves the queue, or is interrupted; one an attempt already stopped needs nothing more. */
+  async abandon(recorded: string): Promise<void> {
+    const run = decodeRun(recorded);
+    if (run && run.state !== 'stopped') await this.cancel(run.promptId);
+  }
+
   /** A class the server lacks (a custom node not installed) fails the job naming it, before anything is uploaded. */
   private async checkNodeClasses(): Promise<void> {
     const known = await this.server.http.json<Record<string, unknown>>({

@@ -99,6 +99,13 @@ export class ReplicateEngine implements Engine {
     }
   }
 
+  /** The prediction is canceled, and the files it read are deleted. */
+  async abandon(recorded: string): Promise<void> {
+    const state = parseRunState(recorded);
+    await this.cancel(state.prediction);
+    await this.deleteFiles(state.files);
+  }
+
   /**
    * The prediction an earlier attempt of this job started, to follow instead of running the model again; none when
    * there was none, or it was canceled (by that attempt, on its way out) or is unknown to the API.

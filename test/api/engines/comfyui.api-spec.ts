@@ -1,7 +1,7 @@
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import sharp from 'sharp';
-import { createJob, type HistoryItemBody, waitForFinal } from '../../support/client.js';
+import { Client, createJob, type HistoryItemBody, waitForFinal } from '../../support/client.js';
 import { openStream } from '../../support/event-stream.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { img2imgRouting, startFakeComfy, type FakeComfy } from '../../support/fake-comfyui.js';
@@ -122,6 +122,36 @@ describe('the comfyui engine kind in the built service', () => {
       expect(promptsOf(id).map(({ state }) => state)).toEqual(['success']);
       expect(fake.interrupts.slice(interruptsBefore)).toEqual([]);
       expect(fake.maxInFlight).toBe(1);
+    } finally {
+      await processes.stop(worker);
+    }
+  }, 90_000);
+
+  it('stops the prompt a rollout left running, and frees its slot, when the job is canceled before its next attempt', async () => {
+    fake.switches.stepMs = 600;
+    // A slot nobody frees stays taken this long: far longer than the next job below may wait.
+    const lastingSlots = { ...serviceEnv, JOB_LOCK_MS: '120000' };
+    const leaving = await processes.start('worker', { ...lastingSlots, SHUTDOWN_TIMEOUT_MS: '200' });
+    const { id } = await submit();
+    await waitUntil(() => promptsOf(id)[0]?.state === 'running', 'the prompt to run');
+    const interruptsBefore = fake.interrupts.length;
+    expect(await leaving.stop('SIGTERM')).toBe(0);
+
+    // No worker runs the job now: its prompt goes on, left for an attempt the cancel takes away.
+    const canceled = await new Client(api.baseUrl, key).cancel(id);
+
+    expect(canceled.status).toBe(200);
+    expect(canceled.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+    await waitUntil(() => promptsOf(id)[0]?.state === 'interrupted', 'the prompt to be interrupted');
+    expect(fake.interrupts.slice(interruptsBefore)).toEqual([
+      { promptId: promptsOf(id)[0].promptId, interrupted: true },
+    ]);
+    fake.switches.stepMs = 20;
+    const worker = await processes.start('worker', lastingSlots);
+    try {
+      const { id: next } = await submit();
+      await expectCompleteWithOutputs(api.baseUrl, await waitForFinal(api.baseUrl, key, next, 45_000));
+      expect(promptsOf(id)).toHaveLength(1);
     } finally {
       await processes.stop(worker);
     }

@@ -154,12 +154,40 @@ describe('the replicate engine in the built service', () => {
     const cancelsBefore = fake.cancels.length;
 
     expect(await leaving.stop('SIGTERM')).toBe(0);
-    await processes.start('worker', settings);
+    const next = await processes.start('worker', settings);
     const item = await final(apiAlone.baseUrl, key, id, 45_000);
+    await processes.stop(next);
 
     await expectCompleteWithOutputs(apiAlone.baseUrl, item);
     expect(fake.predictions.filter((p) => p.input['image'] === sha256(image))).toHaveLength(1);
     expect(fake.cancels.slice(cancelsBefore)).toEqual([]);
+    expect(api.violations).toEqual([]);
+  }, 90_000);
+
+  it('cancels the prediction a rollout left running when the job is canceled before its next attempt', async () => {
+    // As above, but no worker comes after the one stopped: the API that takes the cancel stops the prediction.
+    const apiAlone = await processes.start('api', settings);
+    const leaving = await processes.start('worker', { ...settings, SHUTDOWN_TIMEOUT_MS: '200' });
+    fake.run({ kind: 'succeed', steps: 8, stepMs: 500 });
+    const image = await makeImage(260, 230, 'png', '#6ea53a');
+    const id = await createJob(apiAlone.baseUrl, key, {
+      tool: 'default',
+      image: { data: image, filename: 'photo.png', contentType: 'image/png' },
+    });
+    await fake.waitFor(
+      (f) => f.predictions.some((p) => p.input['image'] === sha256(image) && p.status === 'processing'),
+      'the prediction to run',
+    );
+    const prediction = fake.predictions.find((p) => p.input['image'] === sha256(image))!;
+    const cancelsBefore = fake.cancels.length;
+    expect(await leaving.stop('SIGTERM')).toBe(0);
+
+    const canceled = await new Client(apiAlone.baseUrl, key).cancel(id);
+
+    expect(canceled.status).toBe(200);
+    expect(canceled.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+    expect(fake.cancels.slice(cancelsBefore)).toEqual([prediction.id]);
+    expect(prediction.status).toBe('canceled');
     expect(api.violations).toEqual([]);
   }, 90_000);
 });
