@@ -47,11 +47,12 @@ export class EngineRuns {
    */
   async abandon(job: { id: string; tool: string; generationType: string }): Promise<void> {
     try {
+      const route = this.engines.route(job.tool, job.generationType);
+      if (!route.engine.abandon) return;
       const record = this.for(job.id);
       const runId = await record.recall();
       if (runId === undefined) return;
-      const route = this.engines.route(job.tool, job.generationType);
-      await route.engine.abandon?.(runId);
+      await route.engine.abandon(runId);
       await record.forget();
       // A run left at a rollout keeps its job's slot for the next attempt, which will not come: the server is free now.
       if (route.concurrency !== undefined) {
