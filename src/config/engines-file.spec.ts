@@ -290,6 +290,26 @@ routes:
     expect(problemsOf({ ENGINES_FILE: broken })[0]).toMatch(/^ENGINES_FILE .*engines\.yaml: is not valid YAML: /);
   });
 
+  it('reports an unset variable once, not again as the empty value it leaves', () => {
+    const path = routingFile(
+      'engines:\n  r:\n    kind: replicate\n    token: ${REPLICATE_TOKEN}\n    base_url: ${REPLICATE_URL}\n  c:\n    kind: comfyui\n    url: ${COMFY_URL}\n    timeout: ${COMFY_TIMEOUT}\n',
+    );
+
+    expect(problemsOf({ ENGINES_FILE: path, REPLICATE_URL: '' })).toEqual(
+      [
+        'r.token: ${REPLICATE_TOKEN}',
+        'r.base_url: ${REPLICATE_URL}',
+        'c.url: ${COMFY_URL}',
+        'c.timeout: ${COMFY_TIMEOUT}',
+      ].map((what) => `ENGINES_FILE ${path}: engines.${what} is not set in the environment`),
+    );
+
+    const urlOnly = routingFile('engines:\n  c:\n    kind: comfyui\n    url: ${COMFY_URL}\n');
+    expect(problemsOf({ ENGINES_FILE: urlOnly })).toEqual([
+      `ENGINES_FILE ${urlOnly}: engines.c.url: \${COMFY_URL} is not set in the environment`,
+    ]);
+  });
+
   it('reports every problem of a file at once', () => {
     const path = routingFile(
       'engines:\n  c:\n    kind: cog\n    url: http://h\n  d:\n    kind: cog\n    url: http://h\n    concurrency: -1\nroutes:\n  default:\n    engine: c\n    inputs: {}\n  tryon:\n    engine: c\n',

@@ -186,8 +186,9 @@ class EnginesFileReader {
       return;
     }
     this.kinds.set(name, kind);
-    const server = this.substitute(raw, at);
-    if (!this.check(`server:${kind}`, server, at)) return;
+    const unset = new Set<string>();
+    const server = this.substitute(raw, at, unset);
+    if (!this.check(`server:${kind}`, server, at, unset)) return;
     const common = {
       name,
       concurrency: (server.concurrency as number | undefined) ?? DEFAULT_CONCURRENCY,
@@ -195,10 +196,10 @@ class EnginesFileReader {
       headers: (server.headers ?? {}) as Record<string, string>,
     };
     if (kind === 'replicate') {
-      const baseUrl = this.url(`${at}.base_url`, (server.base_url as string | undefined) ?? REPLICATE_BASE_URL);
+      const baseUrl = this.url(`${at}.base_url`, (server.base_url as string | undefined) ?? REPLICATE_BASE_URL, unset);
       this.servers.set(name, { ...common, kind, token: server.token as string, baseUrl });
     } else {
-      this.servers.set(name, { ...common, kind, url: this.url(`${at}.url`, server.url as string) });
+      this.servers.set(name, { ...common, kind, url: this.url(`${at}.url`, server.url as string, unset) });
     }
   }
 
@@ -435,7 +436,9 @@ class EnginesFileReader {
   }
 
   /** An absolute http(s) URL without credentials, kept without its trailing slash. */
-  private url(at: string, value: string): string {
+  private url(at: string, value: string, unset: ReadonlySet<string>): string {
+    // Its variable is unset, and reported as such: what is left of it is not another problem.
+    if (unset.has(at)) return value;
     let url: URL | undefined;
     try {
       url = new URL(value);
@@ -450,14 +453,19 @@ class EnginesFileReader {
     return value.replace(/\/+$/, '');
   }
 
-  /** `${VAR}` in every string of a server's settings, read from the environment; an unset one is a problem. */
-  private substitute(value: Json, at: string): Json {
+  /**
+   * `${VAR}` in every string of a server's settings, read from the environment; an unset one is a problem, and its key
+   * path is added to `unset`.
+   */
+  private substitute(value: Json, at: string, unset: Set<string>): Json {
     const walk = (node: unknown, path: string): unknown => {
       if (typeof node === 'string') {
         return node.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_whole, name: string) => {
           const found = this.env[name];
-          if (found === undefined || found === '')
+          if (found === undefined || found === '') {
             this.problems.push(`${path}: \${${name}} is not set in the environment`);
+            unset.add(path);
+          }
           return found ?? '';
         });
       }
@@ -469,17 +477,27 @@ class EnginesFileReader {
     return walk(value, at) as Json;
   }
 
-  /** Checks `value` against a schema; each error becomes a problem at its key path. */
-  private check(schema: SchemaName, value: unknown, at: string): boolean {
+  /**
+   * Checks `value` against a schema; each error becomes a problem at its key path, but at a path in `unset`: a value
+   * whose variable is unset was reported as such, and its being empty is not another problem.
+   */
+  private check(schema: SchemaName, value: unknown, at: string, unset: ReadonlySet<string> = new Set()): boolean {
     const validate = validators[schema];
     if (validate(value)) return true;
-    for (const error of validate.errors ?? []) this.problems.push(describeError(error, at));
+    for (const error of validate.errors ?? []) {
+      if (!unset.has(errorPath(error, at))) this.problems.push(describeError(error, at));
+    }
     return false;
   }
 }
 
+/** The key path of the value a schema error is about. */
+function errorPath(error: ErrorObject, at: string): string {
+  return [at, ...error.instancePath.split('/').slice(1).map(unescapePointer)].filter(Boolean).join('.');
+}
+
 function describeError(error: ErrorObject, at: string): string {
-  const path = [at, ...error.instancePath.split('/').slice(1).map(unescapePointer)].filter(Boolean).join('.');
+  const path = errorPath(error, at);
   const params = error.params as Record<string, unknown>;
   switch (error.keyword) {
     case 'additionalProperties': {
