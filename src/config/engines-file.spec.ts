@@ -259,6 +259,11 @@ routes:
       'routes.default.params.img: the model\'s input "img" is already given by routes.default.inputs.image',
     ],
     [
+      'a ${VAR} in a route, which would reach the model as it is written',
+      'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: img }\n    params: { options: { hf_token: "${HF_TOKEN}" } }\n',
+      "routes.default.params.options.hf_token: ${HF_TOKEN} is not read from the environment in a route, only in an engine's settings (engines.<name>)",
+    ],
+    [
       'an output node that does not exist',
       `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs: { image: { node: "11" } }\n    output: { node: "99" }\n`,
       'routes.default.output.node: node "99" is not in workflows/try-on.json',

@@ -16,6 +16,8 @@ import type {
 } from './engine-settings.js';
 
 const DEFAULT_CONCURRENCY = 1;
+/** `${VAR}`: read from the environment in an engine's settings. */
+const VARIABLE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 const DEFAULT_TIMEOUT = '5m';
 const REPLICATE_BASE_URL = 'https://api.replicate.com/v1';
 /** ComfyUI's core node classes that load an uploaded image by file name into `inputs.image`. */
@@ -246,7 +248,10 @@ class EnginesFileReader {
     };
     const inputs = raw.inputs as Record<string, unknown>;
     this.checkInputNames(tool, inputs, `${at}.inputs`);
-    if (kind !== 'comfyui') this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
+    if (kind !== 'comfyui') {
+      this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
+      this.checkNoVariables(raw.params, `${at}.params`);
+    }
     switch (kind) {
       case 'cog': {
         const route: CogRoute = {
@@ -391,6 +396,24 @@ class EnginesFileReader {
   }
 
   /**
+   * No `${VAR}` in a route's params: only an engine's settings are read from the environment, so the model would be
+   * sent the text `${VAR}` itself (a token given as a model input, say) without a word.
+   */
+  private checkNoVariables(value: unknown, at: string): void {
+    if (typeof value === 'string') {
+      for (const [, name] of value.matchAll(VARIABLE)) {
+        this.problems.push(
+          `${at}: \${${name}} is not read from the environment in a route, only in an engine's settings (engines.<name>)`,
+        );
+      }
+    } else if (typeof value === 'object' && value !== null) {
+      for (const [key, child] of Object.entries(value)) {
+        this.checkNoVariables(child, Array.isArray(value) ? `${at}[${key}]` : `${at}.${key}`);
+      }
+    }
+  }
+
+  /**
    * Each of the model's inputs given once, by one tool input or one param: two values under one name would reach the
    * model as one, and the other input would be dropped without a word.
    */
@@ -460,7 +483,7 @@ class EnginesFileReader {
   private substitute(value: Json, at: string, unset: Set<string>): Json {
     const walk = (node: unknown, path: string): unknown => {
       if (typeof node === 'string') {
-        return node.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_whole, name: string) => {
+        return node.replace(VARIABLE, (_whole, name: string) => {
           const found = this.env[name];
           if (found === undefined || found === '') {
             this.problems.push(`${path}: \${${name}} is not set in the environment`);
