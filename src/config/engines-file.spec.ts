@@ -83,7 +83,11 @@ describe('the routing file (ENGINES_FILE)', () => {
       params: { category: 'upper_body', garment_des: 'a garment' },
       passGenerationType: false,
     });
-    expect(routes.default).toMatchObject({ kind: 'replicate', model: 'nightmareai/real-esrgan', version: undefined });
+    expect(routes.default).toMatchObject({
+      kind: 'replicate',
+      model: undefined,
+      version: 'f121d640bd286e1fdc67f9799164c1d5be36ff74576ee11c803ae5b665dd46aa',
+    });
     expect(routes.furniture).toMatchObject({
       kind: 'comfyui',
       generationType: undefined,
@@ -206,7 +210,7 @@ routes:
     [
       'a Replicate model that is not owner/name',
       'engines:\n  r:\n    kind: replicate\n    token: t\nroutes:\n  default:\n    engine: r\n    model: real-esrgan\n    inputs: { image: image }\n',
-      'routes.default.model: must be owner/name, such as nightmareai/real-esrgan',
+      'routes.default.model: must be owner/name of an official model, such as black-forest-labs/flux-kontext-pro',
     ],
     [
       'a missing workflow',

@@ -88,7 +88,7 @@ const SCHEMAS = {
       model: {
         type: 'string',
         pattern: '^[\\w.-]+/[\\w.-]+$',
-        description: 'owner/name, such as nightmareai/real-esrgan',
+        description: 'owner/name of an official model, such as black-forest-labs/flux-kontext-pro',
       },
       version: { type: 'string', pattern: '^[0-9a-f]{64}$', description: 'a model version id: 64 hex digits' },
       inputs: MODEL_INPUTS,

@@ -10,7 +10,13 @@ import {
   type EngineRequest,
 } from '../../src/engines/index.js';
 import { ReplicateServer } from '../../src/engines/index.js';
-import { REAL_ESRGAN, sha256, startFakeReplicate, type FakeReplicate } from '../support/fake-replicate.js';
+import {
+  FLUX_KONTEXT_PRO,
+  REAL_ESRGAN,
+  sha256,
+  startFakeReplicate,
+  type FakeReplicate,
+} from '../support/fake-replicate.js';
 import { makeImage } from '../support/jobs.js';
 import { memoryRuns } from '../support/run-record.js';
 import { startPrismProxy, type PrismProxy } from '../support/prism-proxy.js';
@@ -71,8 +77,8 @@ function route(overrides: Partial<ReplicateRoute> = {}): ReplicateRoute {
     generationType: undefined,
     engine: 'replicate',
     describe: {},
-    model: REAL_ESRGAN.name,
-    version: undefined,
+    model: undefined,
+    version: REAL_ESRGAN.version,
     inputs: { image: 'image' },
     params: { scale: 2 },
     ...overrides,
@@ -117,7 +123,14 @@ describe('ReplicateEngine against the fake through Prism', () => {
     fake.run({ kind: 'succeed', steps: 5, stepMs: 300 });
     const image = await makeImage(200, 150);
     const progress: number[] = [];
-    const sut = server().engineFor(route());
+    const sut = server().engineFor(
+      route({
+        model: FLUX_KONTEXT_PRO.name,
+        version: undefined,
+        inputs: { image: 'input_image' },
+        params: { output_format: 'png' },
+      }),
+    );
 
     const result = await sut.generate(job(image, { onProgress: (fraction) => progress.push(fraction) }));
 
@@ -127,10 +140,10 @@ describe('ReplicateEngine against the fake through Prism', () => {
     expect(fake.predictions).toHaveLength(1);
     expect(prediction).toMatchObject({
       createdBy: 'model',
-      model: REAL_ESRGAN.name,
+      model: FLUX_KONTEXT_PRO.name,
       prefer: 'wait=1',
-      input: { image: sha256(image), scale: 2 },
-      imageSources: { image: 'data-uri' },
+      input: { input_image: sha256(image), output_format: 'png' },
+      imageSources: { input_image: 'data-uri' },
       status: 'succeeded',
     });
     // The wait ended before the model did; the engine polled the rest of the way.
@@ -147,7 +160,7 @@ describe('ReplicateEngine against the fake through Prism', () => {
   it('runs a model version with POST /predictions, answered at once when the run fits in the wait', async () => {
     fake.run({ kind: 'succeed', startMs: 20, steps: 2, stepMs: 50 });
     const image = await makeImage(120, 90, 'jpeg');
-    const sut = server().engineFor(route({ model: undefined, version: REAL_ESRGAN.version }));
+    const sut = server().engineFor(route());
 
     const result = await sut.generate(job(image));
 
@@ -198,17 +211,12 @@ describe('ReplicateEngine against the fake through Prism', () => {
     });
   });
 
-  it("fails the job with Replicate's detail when it refuses the input (422), the model (404) or the token (401)", async () => {
+  it("fails the job with Replicate's detail when it refuses the input (422) or the token (401)", async () => {
     const image = await makeImage(80, 60);
 
     const unknownInput = await rejection(
       server()
         .engineFor(route({ inputs: { image: 'img' } }))
-        .generate(job(image)),
-    );
-    const unknownModel = await rejection(
-      server()
-        .engineFor(route({ model: 'nobody/nothing' }))
         .generate(job(image)),
     );
     const badToken = await rejection(server({ token: 'r8_wrong' }).engineFor(route()).generate(job(image)));
@@ -217,14 +225,35 @@ describe('ReplicateEngine against the fake through Prism', () => {
       code: 'engine_failed',
       clientMessage: '- input: Additional property img is not allowed',
     });
-    expect(unknownModel).toMatchObject({
-      code: 'engine_failed',
-      clientMessage: 'The requested resource could not be found.',
-    });
     expect(badToken).toMatchObject({
       code: 'engine_failed',
       clientMessage: 'You did not pass a valid authentication token',
     });
+    expect(fake.predictions).toEqual([]);
+  });
+
+  it('fails the job telling the operator to route by version when a model by name is refused (404)', async () => {
+    const image = await makeImage(80, 60);
+    const byName = (model: string) =>
+      rejection(
+        server()
+          .engineFor(route({ model, version: undefined }))
+          .generate(job(image)),
+      );
+
+    // A community model runs only by version; an unknown one not at all.
+    const errors = [await byName(REAL_ESRGAN.name), await byName('nobody/nothing')];
+
+    expect(errors.map((error) => (error as PermanentEngineError).clientMessage)).toEqual(
+      [REAL_ESRGAN.name, 'nobody/nothing'].map(
+        (model) =>
+          `Replicate runs "${model}" only by its version, if at all: give the route \`version:\` (the model's API page shows it), not \`model:\`.`,
+      ),
+    );
+    expect(errors).toEqual([
+      expect.objectContaining({ code: 'engine_failed' }),
+      expect.objectContaining({ code: 'engine_failed' }),
+    ]);
     expect(fake.predictions).toEqual([]);
   });
 
@@ -270,7 +299,7 @@ describe('ReplicateEngine against the fake through Prism', () => {
   });
 
   it('rides out 5xx on polls and a 429 on creation (the client repeats them)', async () => {
-    fake.failRequests({ status: 429, count: 1, path: '/models/', retryAfter: 1 });
+    fake.failRequests({ status: 429, count: 1, path: '/predictions', method: 'POST', retryAfter: 1 });
     fake.failRequests({ status: 503, count: 2, path: '/predictions/', method: 'GET' });
     fake.run({ kind: 'succeed', steps: 3, stepMs: 300 });
     const sut = server().engineFor(route());
@@ -284,9 +313,9 @@ describe('ReplicateEngine against the fake through Prism', () => {
   it('fails the attempt as transient when Replicate keeps answering 5xx or 429, or is down', async () => {
     const image = await makeImage(80, 60);
 
-    fake.failRequests({ status: 500, count: 1, path: '/models/' });
+    fake.failRequests({ status: 500, count: 1, path: '/predictions', method: 'POST' });
     const serverError = await rejection(server().engineFor(route()).generate(job(image)));
-    fake.failRequests({ status: 429, count: 6, path: '/models/', retryAfter: 1 });
+    fake.failRequests({ status: 429, count: 6, path: '/predictions', method: 'POST', retryAfter: 1 });
     const busy = await rejection(server().engineFor(route()).generate(job(image)));
     fake.down(true);
     const down = await rejection(server().engineFor(route()).generate(job(image)));

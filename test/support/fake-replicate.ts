@@ -32,13 +32,28 @@ export type FakeRun =
 export interface FakeModel {
   name: string;
   version: string;
+  /**
+   * One of Replicate's official models, which alone run by name (`POST /models/{owner}/{name}/predictions`); any
+   * other runs only by version, and its name there is a 404 (replicate-javascript#347, replicate-python#320).
+   */
+  official: boolean;
   inputs: readonly string[];
 }
 
+/** A community model: run by its version. */
 export const REAL_ESRGAN: FakeModel = {
   name: 'nightmareai/real-esrgan',
   version: 'f121d640bd286e1fdc67f9799164c1d5be36ff74576ee11c803ae5b665dd46aa',
+  official: false,
   inputs: ['image', 'scale', 'face_enhance'],
+};
+
+/** An official model: run by name. Its versions are not published: the fake's predictions carry a stand-in. */
+export const FLUX_KONTEXT_PRO: FakeModel = {
+  name: 'black-forest-labs/flux-kontext-pro',
+  version: '0'.repeat(64),
+  official: true,
+  inputs: ['prompt', 'input_image', 'aspect_ratio', 'output_format', 'safety_tolerance', 'seed'],
 };
 
 export interface FakePredictionRecord {
@@ -134,11 +149,11 @@ export function sha256(data: Buffer | Uint8Array): string {
   return createHash('sha256').update(data).digest('hex');
 }
 
-/** Starts the fake on a loopback port, knowing `models` (real-esrgan unless told otherwise). */
+/** Starts the fake on a loopback port, knowing `models` (real-esrgan and flux-kontext-pro unless told otherwise). */
 export async function startFakeReplicate(
   options: { models?: readonly FakeModel[]; token?: string } = {},
 ): Promise<FakeReplicate> {
-  const models = options.models ?? [REAL_ESRGAN];
+  const models = options.models ?? [REAL_ESRGAN, FLUX_KONTEXT_PRO];
   const token = options.token ?? `r8_${randomBytes(12).toString('hex')}`;
   const byId = new Map<string, Prediction>();
   const fileData = new Map<string, { record: FakeFileRecord; body: object }>();
@@ -245,7 +260,7 @@ export async function startFakeReplicate(
     }
     if (method === 'POST' && (match = /^\/models\/([^/]+)\/([^/]+)\/predictions$/.exec(path))) {
       const model = models.find((candidate) => candidate.name === `${match![1]}/${match![2]}`);
-      if (!model) return problem(response, 404, 'Not found', 'The requested resource could not be found.');
+      if (!model?.official) return problem(response, 404, 'Not found', 'The requested resource could not be found.');
       return createPrediction(request, response, body, model, 'model');
     }
     if (method === 'POST' && path === '/predictions') {

@@ -140,7 +140,11 @@ export class ReplicateEngine implements Engine {
     const target = this.route.model ? { model: this.route.model } : { version: this.route.version! };
     const { signal } = request;
     signal?.throwIfAborted();
-    const creating = this.client.predictions.create({ ...target, input, wait: PREFER_WAIT_SECONDS });
+    const creating = this.client.predictions
+      .create({ ...target, input, wait: PREFER_WAIT_SECONDS })
+      .catch((error: unknown) => {
+        throw this.route.model && apiResponse(error)?.status === 404 ? notOfficial(this.route.model) : error;
+      });
     if (!signal) return creating;
     const settled = new AbortController();
     const aborted = new Promise<never>((_, reject) => {
@@ -259,6 +263,15 @@ export class ReplicateEngine implements Engine {
     if (error instanceof SyntaxError) return engineFailed(`Replicate ${what} answer is not JSON`);
     return new TransientEngineError(`Replicate ${what} failed: ${networkErrorCode(error)}`, { cause: error });
   }
+}
+
+/**
+ * Replicate's 404 to a prediction by model name: only its official models run by name. Most models, Real-ESRGAN among
+ * them, run by version; the operator has to route them so.
+ */
+function notOfficial(model: string): PermanentEngineError {
+  const fix = `Replicate runs "${model}" only by its version, if at all: give the route \`version:\` (the model's API page shows it), not \`model:\``;
+  return engineFailed(`Replicate has no official model ${model} (404). ${fix}`, `${fix}.`);
 }
 
 /** The response of the client's `ApiError` (a status other than 2xx), told by its shape: the class is not exported. */

@@ -13,7 +13,7 @@ import type { RunningService } from '../../support/service.js';
 
 const DOCUMENT = join(process.cwd(), 'test/fixtures/replicate/openapi.json');
 
-/** The operator's routing file of ENGINES.md: the `default` tool on an official Replicate model. */
+/** The operator's routing file of ENGINES.md: the `default` tool on a Replicate model, by version. */
 function enginesFile(baseUrl: string): string {
   return [
     'engines:',
@@ -25,7 +25,7 @@ function enginesFile(baseUrl: string): string {
     'routes:',
     '  default:',
     '    engine: replicate',
-    `    model: ${REAL_ESRGAN.name}`,
+    `    version: ${REAL_ESRGAN.version}`,
     '    inputs: { image: image }',
     '    params: { scale: 2 }',
     '',
@@ -109,7 +109,7 @@ describe('the replicate engine in the built service', () => {
     expect(progress[0]).toBeLessThan(progress.at(-1)!);
     expect(events.at(-1)).toMatchObject({ status: 'complete', progress: 1 });
     const prediction = fake.predictions.find((candidate) => candidate.input['image'] === sha256(image));
-    expect(prediction).toMatchObject({ createdBy: 'model', input: { scale: 2 }, status: 'succeeded' });
+    expect(prediction).toMatchObject({ createdBy: 'version', input: { scale: 2 }, status: 'succeeded' });
     expect(api.violations).toEqual([]);
   }, 60_000);
 
