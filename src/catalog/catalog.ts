@@ -203,8 +203,6 @@ export const CATALOG: readonly CatalogTool[] = [
   },
 ];
 
-export const TOOL_IDS: readonly string[] = CATALOG.map((tool) => tool.id);
-
 /** Generation type ids are global: each names one tool's type. */
 export const GENERATION_TYPE_IDS: readonly string[] = CATALOG.flatMap((tool) => tool.generationTypes.map((t) => t.id));
 
