@@ -24,8 +24,6 @@ export interface SeededItem extends SeedItem {
 
 const TOOL_OF_TYPE = new Map(CATALOG.flatMap((tool) => tool.generationTypes.map((type) => [type.id, tool.id])));
 
-export const GENERATION_TYPES = [...TOOL_OF_TYPE.keys()];
-
 /** A connection to the test's database, for seeding rows and looking at them. */
 export async function connect(databaseUrl: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: databaseUrl });
