@@ -56,13 +56,8 @@ export class JobQueue {
    * Drops the item's job unless a worker is running it: a queued job never runs. Resolves false when a worker holds
    * it (its lock forbids removal), in which case that worker finds the item final and throws its result away.
    */
-  async drop(historyItemId: string): Promise<boolean> {
-    try {
-      await (await this.queue.getJob(historyItemId))?.remove();
-      return true;
-    } catch {
-      return false;
-    }
+  drop(historyItemId: string): Promise<boolean> {
+    return dropJob(this.queue, historyItemId);
   }
 
   /**
@@ -118,6 +113,16 @@ export function queueAttributes(queue: string): Record<string, string> {
 /** What a processing span says about the job: the item, and which attempt this is. */
 export function jobAttributes(queue: string, job: Job<{ historyItemId: string }>): Record<string, string | number> {
   return { ...queueAttributes(queue), 'igs.item_id': job.data.historyItemId, 'igs.attempt': job.attemptsMade + 1 };
+}
+
+/** Removes the item's job if there is one; false when a worker holds it (its lock forbids removal). */
+export async function dropJob(queue: Queue, historyItemId: string): Promise<boolean> {
+  try {
+    await (await queue.getJob(historyItemId))?.remove();
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Adds a job, or fails with `ServiceUnavailableError` when the queue fails or does not answer in time. */

@@ -4,7 +4,7 @@ import { SpanKind } from '@opentelemetry/api';
 import type { Job, Queue } from 'bull';
 import { currentTraceCarrier, inSpan } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
-import { addInTime, type Delivery, deliveryOf, jobAttributes, queueAttributes } from './job-queue.js';
+import { addInTime, type Delivery, deliveryOf, dropJob, jobAttributes, queueAttributes } from './job-queue.js';
 import { DELIVER_JOB, WEBHOOK_QUEUE, type WebhookJobData, webhookJobOptions } from './queues.js';
 
 /** One delivery attempt of a webhook message. */
@@ -43,13 +43,8 @@ export class WebhookQueue {
   }
 
   /** Drops the item's message, queued or kept after its delivery; false when a worker is delivering it just now. */
-  async drop(historyItemId: string): Promise<boolean> {
-    try {
-      await (await this.queue.getJob(historyItemId))?.remove();
-      return true;
-    } catch {
-      return false;
-    }
+  drop(historyItemId: string): Promise<boolean> {
+    return dropJob(this.queue, historyItemId);
   }
 
   /** Runs `handler` for each attempt; what it throws is retried on the schedule until the attempts run out. */
