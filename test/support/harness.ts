@@ -7,6 +7,7 @@ import Bull from 'bull';
 import pg from 'pg';
 import sharp from 'sharp';
 import { inputKey } from '../../src/media/media.js';
+import { GENERATION_QUEUE } from '../../src/queue/queues.js';
 import { createTestEnvironment, type EnvironmentServers, type TestEnvironment } from './environment.js';
 import { type FakeCog, type FakeCogBehaviour, startFakeCog } from './fake-cog.js';
 import { makeImage } from './jobs.js';
@@ -267,7 +268,7 @@ export async function query<T = Record<string, unknown>>(
 
 /** The service's Bull queue, seen from outside as another producer would see it. */
 export function openQueue(env: TestEnvironment): Bull.Queue<{ historyItemId: string }> {
-  return new Bull('generation', env.redisUrl, { prefix: `${env.redisPrefix}:bull` });
+  return new Bull(GENERATION_QUEUE, env.redisUrl, { prefix: `${env.redisPrefix}:bull` });
 }
 
 let imageCounter = 0;

@@ -4,8 +4,9 @@ import { join } from 'node:path';
 import Queue from 'bull';
 import { Redis } from 'ioredis';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { storedInputs } from '../../support/harness.js';
+import { openQueue, storedInputs } from '../../support/harness.js';
 import { inputsFor } from '../../support/jobs.js';
+import { WEBHOOK_QUEUE } from '../../../src/queue/queues.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { fetchMedia } from '../../support/history.js';
 import { type Answer, Client, type ProblemBody, postJob, waitForFinal } from '../../support/client.js';
@@ -59,7 +60,7 @@ describe('DELETE /user/generation-history/{id}', () => {
     let redis: Redis;
 
     beforeAll(async () => {
-      webhooks = new Queue('webhooks', env.redisUrl, { prefix: `${env.redisPrefix}:bull` });
+      webhooks = new Queue(WEBHOOK_QUEUE, env.redisUrl, { prefix: `${env.redisPrefix}:bull` });
       redis = new Redis(env.redisUrl);
       sut = await startService(env.serviceEnv);
       const key = await createUserWithKey(env.databaseUrl);
@@ -152,7 +153,7 @@ describe('DELETE /user/generation-history/{id}', () => {
     let deleted: Answer<ProblemBody | undefined>;
 
     beforeAll(async () => {
-      queue = new Queue('generation', env.redisUrl, { prefix: `${env.redisPrefix}:bull` });
+      queue = openQueue(env);
       // The API alone: the job waits in the queue, no worker takes it.
       api = await startService({ ...env.serviceEnv, ROLE: 'api' });
       key = await createUserWithKey(env.databaseUrl);
