@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import Queue from 'bull';
 import { Redis } from 'ioredis';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { openQueue, storedInputs } from '../../support/harness.js';
+import { openQueue, storedInputs, waitUntil } from '../../support/harness.js';
 import { inputsFor } from '../../support/jobs.js';
 import { WEBHOOK_QUEUE } from '../../../src/queue/queues.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
@@ -69,7 +69,8 @@ describe('DELETE /user/generation-history/{id}', () => {
       id = await createJob(sut.baseUrl, key, { webhook_url: 'https://hooks.invalid/generation' });
       const item = await waitForFinal(sut.baseUrl, key, id);
       if (item.status !== 'complete') throw new Error(`the job ended ${JSON.stringify(item)}`);
-      if (!(await webhooks.getJob(id))) throw new Error('no webhook message before the delete');
+      // The message is queued just after the item turns complete (on the lifecycle's event), so it may lag the GET.
+      await waitUntil(async () => (await webhooks.getJob(id)) !== null, 'the webhook message before the delete');
       if ((await redis.get(`${env.redisPrefix}:progress:${id}`)) === null)
         throw new Error('no progress before the delete');
       mediaPaths = [item.preview_url!, item.stock_url!];
