@@ -37,7 +37,7 @@ export function mountQueueBoard(app: NestExpressApplication): void {
  * (any user name), so that a browser can open the page. No key or an unknown one: 401 asking for Basic; a key that is
  * not an admin's: 403. Wrong keys count toward the address's AUTH_FAILURES_PER_MINUTE as the API's do.
  */
-export function adminOnly(keys: ApiKeyService, failures: AuthFailureLimit): RequestHandler {
+function adminOnly(keys: ApiKeyService, failures: AuthFailureLimit): RequestHandler {
   const check = async (request: Request, response: Response): Promise<boolean> => {
     failures.assertAllowed(request.ip);
     const key = keyOf(request.headers.authorization);

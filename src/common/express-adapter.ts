@@ -40,7 +40,7 @@ export class PrototypedExpressAdapter extends ExpressAdapter {
  * Answers a request Node's HTTP parser refused, which never reaches Express, as every other error is answered: a
  * problem with an X-Request-Id. Node's own answer is a bare status line (431 for headers over its limit, 400 else).
  */
-export function answerUnparsed(error: Error & { code?: string }, socket: Duplex): void {
+function answerUnparsed(error: Error & { code?: string }, socket: Duplex): void {
   // A connection reset or timed out mid-request has no one to answer.
   if (!error.code?.startsWith('HPE_') || !socket.writable) {
     socket.destroy();

@@ -89,6 +89,6 @@ export class JobProgress {
 }
 
 /** Where a running job's progress is kept. */
-export function progressKey(id: string): string {
+function progressKey(id: string): string {
   return `progress:${id}`;
 }

@@ -201,7 +201,7 @@ export class CogEngine implements Engine {
  * route's params, and the generation type on the shortcut, written into one buffer: the images' base64 goes straight
  * into it, never into an intermediate string.
  */
-export function buildPredictionBody(
+function buildPredictionBody(
   route: CogRoute,
   request: Pick<EngineRequest, 'generationType' | 'images' | 'texts'>,
 ): Buffer {

@@ -26,7 +26,7 @@ import {
 } from '../remote-http.js';
 
 /** Images up to this size go inline as data URIs; larger ones through the files API. */
-export const DATA_URI_MAX_BYTES = 1024 * 1024;
+const DATA_URI_MAX_BYTES = 1024 * 1024;
 /**
  * How long the creation waits for the prediction to end (`Prefer: wait`), so a short run needs no polling. Kept to a
  * second: until the creation answers, the prediction has no id a cancel could name.
