@@ -7,7 +7,8 @@
  * problem bodies `{detail, status}`). Paths are served under `/v1`, as on api.replicate.com.
  *
  * Strict like the real one: a bearer token is required (401), JSON bodies must say `application/json` (415) and hold
- * no unknown field (422), an unknown model is 404, an unknown version or model input 422. A prediction moves from
+ * no unknown field (422), an unknown model or a community model by name is 404, an unknown version 422. A model input
+ * the model does not have is dropped without a word, as Replicate has always done (cog #2943 made Cog do the same). A prediction moves from
  * `starting` to `processing` (tqdm lines with growing percentages in `logs`) to `succeeded`, its output a PNG served
  * at `<publicUrl>/outputs/<id>.png`. `Prefer: wait=N` holds the creation's answer until the prediction is final or N
  * seconds have passed. Switches: a model that fails, answers of a given status (5xx, 429 with Retry-After), slow
@@ -68,6 +69,8 @@ export interface FakePredictionRecord {
   input: Record<string, unknown>;
   /** How each image input arrived. */
   imageSources: Record<string, 'data-uri' | 'file'>;
+  /** The inputs received that the model does not have, which never reached it. */
+  dropped: string[];
   status: 'starting' | 'processing' | 'succeeded' | 'failed' | 'canceled';
   /** The status the creation's answer carried. */
   answeredStatus?: string;
@@ -326,16 +329,11 @@ export async function startFakeReplicate(
       return invalid(response, ['input: Invalid type. Expected: object']);
     }
     const received = input as Record<string, unknown>;
-    const strange = Object.keys(received).filter((name) => !model.inputs.includes(name));
-    if (strange.length > 0) {
-      return invalid(
-        response,
-        strange.map((name) => `input: Additional property ${name} is not allowed`),
-      );
-    }
+    const dropped = Object.keys(received).filter((name) => !model.inputs.includes(name));
     const recorded: Record<string, unknown> = {};
     const imageSources: Record<string, 'data-uri' | 'file'> = {};
     for (const [name, value] of Object.entries(received)) {
+      if (dropped.includes(name)) continue;
       const image = typeof value === 'string' ? readImage(value) : undefined;
       if (image === null) return invalid(response, [`input.${name}: the file at ${String(value)} does not exist`]);
       if (image) {
@@ -352,6 +350,7 @@ export async function startFakeReplicate(
       version: model.version,
       prefer,
       input: recorded,
+      dropped,
       imageSources,
       status: 'starting',
       createdAt: new Date().toISOString(),
