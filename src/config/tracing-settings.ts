@@ -12,6 +12,16 @@ export interface TracingSettings {
 
 const PROTOCOLS: readonly string[] = ['http/json', 'http/protobuf'] satisfies TracingProtocol[];
 
+/** The samplers OpenTelemetry's Node.js SDK builds from OTEL_TRACES_SAMPLER; it ignores any other name. */
+const SAMPLERS = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+];
+
 /**
  * Tracing settings, or undefined when tracing is off: no OTLP endpoint set (an exporter would otherwise send to
  * localhost:4318), or OTEL_SDK_DISABLED=true. Read before the service's own configuration, which may still fail.
@@ -28,6 +38,24 @@ export function readTracingSettings(env: NodeJS.ProcessEnv): TracingSettings | u
   if (value('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') === undefined && value('OTEL_EXPORTER_OTLP_ENDPOINT') === undefined) {
     return undefined;
   }
+  const problems: string[] = [];
+  // The SDK would take a wrong value with no word (its own complaints go to a diagnostic logger nobody reads): no span
+  // sent, or every job sampled, while the operator believes otherwise.
+  for (const name of ['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT']) {
+    const url = value(name);
+    // A collector's URL may carry a token, so it is never echoed.
+    if (url !== undefined && !/^https?:\/\/[^/]/.test(url)) {
+      problems.push(`${name} must be a URL starting with http:// or https://`);
+    }
+  }
+  const sampler = value('OTEL_TRACES_SAMPLER');
+  if (sampler !== undefined && !SAMPLERS.includes(sampler)) {
+    problems.push(`OTEL_TRACES_SAMPLER must be one of ${SAMPLERS.join(', ')}, got "${sampler}"`);
+  }
+  const ratio = value('OTEL_TRACES_SAMPLER_ARG');
+  if (sampler?.endsWith('traceidratio') && ratio !== undefined && !(Number(ratio) >= 0 && Number(ratio) <= 1)) {
+    problems.push(`OTEL_TRACES_SAMPLER_ARG must be a number from 0 to 1, got "${ratio}"`);
+  }
   const protocolVariable =
     value('OTEL_EXPORTER_OTLP_TRACES_PROTOCOL') === undefined
       ? 'OTEL_EXPORTER_OTLP_PROTOCOL'
@@ -35,8 +63,9 @@ export function readTracingSettings(env: NodeJS.ProcessEnv): TracingSettings | u
   // OpenTelemetry's default encoding.
   const protocol = value(protocolVariable) ?? 'http/protobuf';
   if (!PROTOCOLS.includes(protocol)) {
-    throw new ConfigError([`${protocolVariable} must be one of ${PROTOCOLS.join(', ')}, got "${protocol}"`]);
+    problems.push(`${protocolVariable} must be one of ${PROTOCOLS.join(', ')}, got "${protocol}"`);
   }
+  if (problems.length > 0) throw new ConfigError(problems);
   const namedInAttributes = /(^|,)\s*service\.name\s*=/.test(value('OTEL_RESOURCE_ATTRIBUTES') ?? '');
   const serviceName = value('OTEL_SERVICE_NAME') ?? (namedInAttributes ? undefined : `igs-${value('ROLE') ?? 'all'}`);
   return { protocol: protocol as TracingProtocol, serviceName };
