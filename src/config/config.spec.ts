@@ -306,11 +306,20 @@ describe('AppConfig retention', () => {
     expect(configFrom({ HISTORY_RETENTION: text }).historyRetentionMs).toBe(ms);
   });
 
-  it.each(['30', 'a month', '500ms', '-1d'])('refuses HISTORY_RETENTION=%s, naming it', (text) => {
-    expect(configErrorFrom({ HISTORY_RETENTION: text }).problems).toEqual([
-      `HISTORY_RETENTION must be a duration of at least a second such as 30d, 12h or 90s, got "${text}"`,
-    ]);
+  it('takes a retention of a century', () => {
+    expect(configFrom({ HISTORY_RETENTION: '36500d' }).historyRetentionMs).toBe(36_500 * 86_400_000);
   });
+
+  // Longer, an item's expires_at is no date JavaScript can write (a 500 on every read of a final item), or the sweep's
+  // cut-off no timestamp PostgreSQL has (every round fails).
+  it.each(['30', 'a month', '500ms', '-1d', '36501d', '100000000d'])(
+    'refuses HISTORY_RETENTION=%s, naming it',
+    (text) => {
+      expect(configErrorFrom({ HISTORY_RETENTION: text }).problems).toEqual([
+        `HISTORY_RETENTION must be a duration from a second to 36500d such as 30d, 12h or 90s, got "${text}"`,
+      ]);
+    },
+  );
 
   it('refuses a sweep interval over a minute', () => {
     expect(configErrorFrom({ RETENTION_SWEEP_INTERVAL_MS: '120000' }).problems).toEqual([

@@ -116,16 +116,30 @@ function protocolOf(value: unknown): string {
   }
 }
 
-/** `30d`, `12h`, `90s` (see `parseDuration`), at least a second. */
+/**
+ * At most a century: the time an item's `expires_at` and the sweep's cut-off are computed at must stay a date, in
+ * JavaScript (±273,790 years) and in PostgreSQL (from 4713 BC).
+ */
+const MAX_DURATION_DAYS = 36_500;
+
+/** `30d`, `12h`, `90s` (see `parseDuration`), from a second to MAX_DURATION_DAYS. */
 function Duration(): PropertyDecorator {
   return applyDecorators(
     Expose(),
     IsOptional(),
     ValidateBy(
-      { name: 'duration', validator: { validate: (value) => parseDuration(String(value)) >= 1000 } },
+      {
+        name: 'duration',
+        validator: {
+          validate: (value) => {
+            const ms = parseDuration(String(value));
+            return ms >= 1000 && ms <= MAX_DURATION_DAYS * 86_400_000;
+          },
+        },
+      },
       {
         message: (args) =>
-          `${args.property} must be a duration of at least a second such as 30d, 12h or 90s, ${got(args)}`,
+          `${args.property} must be a duration from a second to ${MAX_DURATION_DAYS}d such as 30d, 12h or 90s, ${got(args)}`,
       },
     ),
   );
