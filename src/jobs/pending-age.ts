@@ -13,14 +13,16 @@ export class PendingAge {
   constructor(metrics: Metrics, items: HistoryRepository) {
     const gauge = new Gauge({
       name: 'igs_oldest_pending_job_age_seconds',
-      help: 'Seconds since the oldest pending item was created (0 when none is pending), read from the database at scrape time',
+      help: 'Seconds since the oldest pending item was created (0 when none is pending, NaN while the database cannot be read), read from the database at scrape time',
       registers: [metrics.registry],
       async collect() {
         try {
           gauge.set(await items.oldestPendingSeconds());
         } catch {
-          // No figure while the database is down rather than a stale one; the scrape itself still succeeds.
-          gauge.reset();
+          // No figure while the database is down rather than a stale one, or 0 (nothing pending), which a gauge without
+          // labels goes back to when reset: NaN, which max() passes over and no threshold exceeds. The scrape itself
+          // still succeeds.
+          gauge.set(Number.NaN);
         }
       },
     });
