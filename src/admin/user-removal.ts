@@ -35,8 +35,8 @@ export interface Removed {
 
 /**
  * Removes a user and everything of theirs (`igs users delete`): keys first, so that no new request of theirs gets in,
- * then each item as the user's own delete removes it (pending jobs canceled first, through the lifecycle), then the
- * user row with their webhook secret, then their keys in Redis. Every step can be repeated: a removal cut short is
+ * then each item as the user's own delete removes it (pending jobs canceled first, through the lifecycle), then their
+ * keys in Redis, last the user row with their webhook secret. Every step can be repeated: a removal cut short is
  * finished by running it again.
  */
 @Injectable()
@@ -64,6 +64,10 @@ export class UserRemoval {
     for (;;) {
       const batch = await this.items.someOf(user.id, BATCH);
       if (batch.length === 0) {
+        // The user's own keys in Redis go while their row is still there: a removal cut short here (Redis unreachable)
+        // is finished by running it again, which finds the user by that row.
+        removed.redisKeys += await this.deleteMatching(`${creationCountersOf(user.id)}*`);
+        removed.redisKeys += await this.deleteMatching(`${idempotencyKeysOf(user.id)}*`);
         if (await this.users.deleteIfNoItems(user.id)) break;
         continue;
       }
@@ -78,8 +82,6 @@ export class UserRemoval {
       for (const id of ids) if (await this.lifecycle.delete(user.id, id)) removed.items++;
       removed.redisKeys += await this.forgetRuns(ids);
     }
-    removed.redisKeys += await this.deleteMatching(`${creationCountersOf(user.id)}*`);
-    removed.redisKeys += await this.deleteMatching(`${idempotencyKeysOf(user.id)}*`);
     return removed;
   }
 
