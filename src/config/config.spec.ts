@@ -131,6 +131,17 @@ describe('AppConfig', () => {
     expect(error.problems).toHaveLength(1);
   });
 
+  it('rejects a shortcut for a tool that does not exist, naming the shortcuts there are', () => {
+    const error = configErrorFrom({ ENGINE_FABRC: 'cog:http://h:5000' });
+
+    expect(error.problems).toEqual([expect.stringMatching(/^ENGINE_FABRC names no tool: the shortcuts are ENGINE_/)]);
+    expect(error.message).toContain('ENGINE_FABRIC');
+  });
+
+  it('leaves other ENGINE_ variables alone, such as one a routing file reads', () => {
+    expect(() => configFrom({ ENGINE_TIMEOUT_MS: '1000', ENGINE_GPU_TOKEN: 'secret' })).not.toThrow();
+  });
+
   it('names every bad variable in one message', () => {
     const error = configErrorFrom({
       PORT: 'abc',

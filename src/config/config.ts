@@ -199,6 +199,7 @@ function engineRouting(env: NodeJS.ProcessEnv, read: EnvironmentVariables, probl
     routing.routes.push(...file.routes);
   }
   const given = givenIn(env);
+  problems.push(...misnamedShortcuts(given));
   for (const tool of CATALOG) {
     const name = `ENGINE_${tool.id.toUpperCase()}`;
     const shortcut = engineShortcut(name, given[name], problems);
@@ -234,6 +235,18 @@ function engineRouting(env: NodeJS.ProcessEnv, read: EnvironmentVariables, probl
     routing.routes.push(route);
   }
   return routing;
+}
+
+/**
+ * `ENGINE_<NAME>=local` or `=cog:...` for a name that is no tool's (`ENGINE_FABRC`): taken silently, the tool meant would
+ * run on the local engine. Other `ENGINE_` variables may be anyone's (a routing file's `${VAR}`), so only a shortcut's
+ * value makes one a mistake.
+ */
+function misnamedShortcuts(given: Record<string, string>): string[] {
+  const names = new Set(CATALOG.map((tool) => `ENGINE_${tool.id.toUpperCase()}`));
+  return Object.entries(given)
+    .filter(([name, value]) => name.startsWith('ENGINE_') && !names.has(name) && /^(local$|cog:)/.test(value))
+    .map(([name]) => `${name} names no tool: the shortcuts are ${[...names].join(', ')}`);
 }
 
 function engineShortcut(name: string, value: string | undefined, problems: string[]): EngineShortcut {
