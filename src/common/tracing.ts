@@ -76,12 +76,26 @@ interface Flushable {
   forceFlush(): Promise<void>;
 }
 
+/**
+ * How long a stopping process waits for the collector to take its last spans. A collector that answers does within
+ * milliseconds; one that hangs would otherwise hold the exit for the exporter's own timeout (10 s), past the grace
+ * period the operators' guide gives on top of SHUTDOWN_TIMEOUT_MS.
+ */
+export const TRACE_FLUSH_MS = 2000;
+
 /** Exports the spans still batched when the process stops, so a rollout does not lose the last seconds of traces. */
 @Injectable()
 export class TraceFlush implements OnApplicationShutdown {
+  /** TRACE_FLUSH_MS; a test waits less. */
+  flushMs = TRACE_FLUSH_MS;
+
   async onApplicationShutdown(): Promise<void> {
     const provider = trace.getTracerProvider() as { getDelegate?: () => unknown };
     const delegate = provider.getDelegate?.() as Partial<Flushable> | undefined;
-    await delegate?.forceFlush?.().catch(() => {});
+    const flushed = delegate?.forceFlush?.().catch(() => {});
+    if (!flushed) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([flushed, new Promise((resolve) => (timer = setTimeout(resolve, this.flushMs)))]);
+    clearTimeout(timer);
   }
 }
