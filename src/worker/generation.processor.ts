@@ -89,7 +89,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     ]);
     if (timedOut) {
       this.logger.warn(
-        "running jobs did not finish in time: another worker runs them again, following their model servers' runs",
+        'running jobs did not finish in time: another worker runs them again, following a ComfyUI prompt or a Replicate prediction left running, starting a Cog or local run over',
       );
       this.shutdown.abort(new WorkerShutdown());
       await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, STOPPING_MS).unref())]);
