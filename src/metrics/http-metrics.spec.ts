@@ -18,6 +18,11 @@ describe('routeLabel', () => {
     expect(routeLabel(requestOn(undefined))).toBe(UNMATCHED_ROUTE);
   });
 
+  it('is the mount of an app that answered without a route template (the queue board, its files)', () => {
+    expect(routeLabel(requestOn(undefined, '/admin/queues'))).toBe('/admin/queues');
+    expect(routeLabel(requestOn({ path: ['/', '/queue/:queueName'] }, '/admin/queues'))).toBe('/admin/queues');
+  });
+
   it('is "unmatched" for the catch-all route that answers unknown paths', () => {
     expect(routeLabel(requestOn({ path: '{/*splat}' }))).toBe(UNMATCHED_ROUTE);
   });

@@ -7,10 +7,14 @@ import type { Metrics } from './metrics.js';
  */
 export const UNMATCHED_ROUTE = 'unmatched';
 
-/** The route template that answered (`/user/generation-history/:id`), never the URL with its ids. */
+/**
+ * The route template that answered (`/user/generation-history/:id`), never the URL with its ids. A request a mounted
+ * app answered without a route template of its own (the queue board's page and static files) is labelled by the mount.
+ */
 export function routeLabel(request: Pick<Request, 'baseUrl' | 'route'>): string {
   const path = (request.route as { path?: unknown } | undefined)?.path;
-  return typeof path === 'string' && !path.includes('*') ? `${request.baseUrl}${path}` : UNMATCHED_ROUTE;
+  if (typeof path === 'string' && !path.includes('*')) return `${request.baseUrl}${path}`;
+  return request.baseUrl || UNMATCHED_ROUTE;
 }
 
 /**
