@@ -66,9 +66,12 @@ export interface CogRoute extends RouteBase {
 
 export interface ReplicateRoute extends RouteBase {
   kind: 'replicate';
-  /** `owner/name` of an official model, run at its latest version; or unset when `version` is set. */
+  /**
+   * `owner/name`: alone, an official model run at its latest version; with `version`, the model that version is of,
+   * whose schema the mapped names are checked against.
+   */
   model: string | undefined;
-  /** A model version id (64 hex digits); or unset when `model` is set. */
+  /** A model version id (64 hex digits), run by version: any model's. */
   version: string | undefined;
   inputs: InputNames;
   params: Readonly<Record<string, unknown>>;

@@ -85,7 +85,7 @@ describe('the routing file (ENGINES_FILE)', () => {
     });
     expect(routes.default).toMatchObject({
       kind: 'replicate',
-      model: undefined,
+      model: 'nightmareai/real-esrgan',
       version: 'f121d640bd286e1fdc67f9799164c1d5be36ff74576ee11c803ae5b665dd46aa',
     });
     expect(routes.furniture).toMatchObject({
@@ -203,14 +203,14 @@ routes:
       'routes.default.describe.photo: tool "default" has no input "photo"',
     ],
     [
-      'a Replicate route with both a model and a version',
-      `engines:\n  r:\n    kind: replicate\n    token: t\nroutes:\n  default:\n    engine: r\n    model: a/b\n    version: ${'a'.repeat(64)}\n    inputs: { image: image }\n`,
-      'routes.default: set either model (owner/name) or version (64 hex digits), not both or neither',
+      'a Replicate route with neither a model nor a version',
+      'engines:\n  r:\n    kind: replicate\n    token: t\nroutes:\n  default:\n    engine: r\n    inputs: { image: image }\n',
+      'routes.default: set model (owner/name of an official model), version (64 hex digits), or both (that version of that model)',
     ],
     [
       'a Replicate model that is not owner/name',
       'engines:\n  r:\n    kind: replicate\n    token: t\nroutes:\n  default:\n    engine: r\n    model: real-esrgan\n    inputs: { image: image }\n',
-      'routes.default.model: must be owner/name of an official model, such as black-forest-labs/flux-kontext-pro',
+      'routes.default.model: must be owner/name of an official model, such as black-forest-labs/flux-kontext-pro, or of the version given',
     ],
     [
       'a missing workflow',

@@ -88,7 +88,8 @@ const SCHEMAS = {
       model: {
         type: 'string',
         pattern: '^[\\w.-]+/[\\w.-]+$',
-        description: 'owner/name of an official model, such as black-forest-labs/flux-kontext-pro',
+        description:
+          'owner/name of an official model, such as black-forest-labs/flux-kontext-pro, or of the version given',
       },
       version: { type: 'string', pattern: '^[0-9a-f]{64}$', description: 'a model version id: 64 hex digits' },
       inputs: MODEL_INPUTS,
@@ -265,8 +266,10 @@ class EnginesFileReader {
         break;
       }
       case 'replicate': {
-        if ((raw.model === undefined) === (raw.version === undefined)) {
-          this.problems.push(`${at}: set either model (owner/name) or version (64 hex digits), not both or neither`);
+        if (raw.model === undefined && raw.version === undefined) {
+          this.problems.push(
+            `${at}: set model (owner/name of an official model), version (64 hex digits), or both (that version of that model)`,
+          );
           return;
         }
         const route: ReplicateRoute = {

@@ -160,7 +160,7 @@ describe('ReplicateEngine against the fake through Prism', () => {
   it('runs a model version with POST /predictions, answered at once when the run fits in the wait', async () => {
     fake.run({ kind: 'succeed', startMs: 20, steps: 2, stepMs: 50 });
     const image = await makeImage(120, 90, 'jpeg');
-    const sut = server().engineFor(route());
+    const sut = server().engineFor(route({ model: REAL_ESRGAN.name }));
 
     const result = await sut.generate(job(image));
 
@@ -173,6 +173,10 @@ describe('ReplicateEngine against the fake through Prism', () => {
       input: { image: sha256(image), scale: 2 },
     });
     expect(fake.requests.filter((r) => r.method === 'GET' && r.path.startsWith('/predictions/'))).toEqual([]);
+    // The names were checked against that version's schema first.
+    expect(fake.requests.map((r) => `${r.method} ${r.path}`)).toContain(
+      `GET /models/${REAL_ESRGAN.name}/versions/${REAL_ESRGAN.version}`,
+    );
   });
 
   it('sends an image over 1 MB through the files API and deletes the file after the job', async () => {
@@ -225,7 +229,7 @@ describe('ReplicateEngine against the fake through Prism', () => {
     expect(fake.predictions).toEqual([]);
   });
 
-  it('sends a param the model does not have, which Replicate drops without a word (docs/engines.md says so)', async () => {
+  it('sends a param a route by version alone may not know is wrong, which Replicate drops without a word', async () => {
     fake.run({ kind: 'succeed', steps: 1, stepMs: 50 });
     const image = await makeImage(80, 60);
 
@@ -234,6 +238,28 @@ describe('ReplicateEngine against the fake through Prism', () => {
       .generate(job(image));
 
     expect(fake.predictions[0]).toMatchObject({ input: { image: sha256(image), scale: 2 }, dropped: ['scael'] });
+  });
+
+  it("fails the job before any prediction when a name it sends is not in the model's schema", async () => {
+    const image = await makeImage(80, 60);
+    const failure = (overrides: Partial<ReplicateRoute>) =>
+      rejection(server().engineFor(route(overrides)).generate(job(image)));
+
+    const errors = [
+      // That version of that model: its schema is the version's.
+      await failure({ model: REAL_ESRGAN.name, params: { scale: 2, scael: 4 } }),
+      // An official model by name: its latest version's.
+      await failure({ model: FLUX_KONTEXT_PRO.name, version: undefined }),
+      // A version of another model.
+      await failure({ model: FLUX_KONTEXT_PRO.name }),
+    ];
+
+    expect(errors.map((error) => (error as PermanentEngineError).clientMessage)).toEqual([
+      'The model has no input "scael" (routes.default.params.scael); its inputs: image, scale, face_enhance',
+      'The model has no inputs "image" (routes.default.inputs.image), "scale" (routes.default.params.scale); its inputs: prompt, input_image, aspect_ratio, output_format, safety_tolerance, seed',
+      `Replicate has no version ${REAL_ESRGAN.version} of "${FLUX_KONTEXT_PRO.name}": the route's model and version must name one model.`,
+    ]);
+    expect(fake.predictions).toEqual([]);
   });
 
   it('fails the job telling the operator to route by version when a model by name is refused (404)', async () => {

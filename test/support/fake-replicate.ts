@@ -8,7 +8,9 @@
  *
  * Strict like the real one: a bearer token is required (401), JSON bodies must say `application/json` (415) and hold
  * no unknown field (422), an unknown model or a community model by name is 404, an unknown version 422. A model input
- * the model does not have is dropped without a word, as Replicate has always done (cog #2943 made Cog do the same). A prediction moves from
+ * the model does not have is dropped without a word, as Replicate has always done (cog #2943 made Cog do the same).
+ * `models.get` and `models.versions.get` answer each model's input schema (`components.schemas.Input` of the Cog
+ * model's OpenAPI document, as in a version's `openapi_schema`). A prediction moves from
  * `starting` to `processing` (tqdm lines with growing percentages in `logs`) to `succeeded`, its output a PNG served
  * at `<publicUrl>/outputs/<id>.png`. `Prefer: wait=N` holds the creation's answer until the prediction is final or N
  * seconds have passed. Switches: a model that fails, answers of a given status (5xx, 429 with Retry-After), slow
@@ -260,6 +262,19 @@ export async function startFakeReplicate(
     let match: RegExpExecArray | null;
     if (method === 'GET' && path === '/account') {
       return json(response, 200, { type: 'user', username: 'fake', name: 'Fake Replicate' });
+    }
+    if (method === 'GET' && (match = /^\/models\/([^/]+)\/([^/]+)$/.exec(path))) {
+      const model = models.find((candidate) => candidate.name === `${match![1]}/${match![2]}`);
+      if (!model) return problem(response, 404, 'Not found', 'The requested resource could not be found.');
+      return json(response, 200, modelView(model));
+    }
+    if (method === 'GET' && (match = /^\/models\/([^/]+)\/([^/]+)\/versions\/([^/]+)$/.exec(path))) {
+      const model = models.find((candidate) => candidate.name === `${match![1]}/${match![2]}`);
+      // An official model lists no versions (cog-safe-push#8): only a community model's own version is found.
+      if (!model || model.official || model.version !== match[3]) {
+        return problem(response, 404, 'Not found', 'The requested resource could not be found.');
+      }
+      return json(response, 200, versionView(model));
     }
     if (method === 'POST' && (match = /^\/models\/([^/]+)\/([^/]+)\/predictions$/.exec(path))) {
       const model = models.find((candidate) => candidate.name === `${match![1]}/${match![2]}`);
@@ -540,6 +555,37 @@ async function readAll(request: IncomingMessage): Promise<Buffer> {
   const chunks: Buffer[] = [];
   for await (const chunk of request) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks);
+}
+
+/** `models.get`'s answer (`schemas_model_response`), its latest version with the schema of the model's inputs. */
+function modelView(model: FakeModel): object {
+  const [owner, name] = model.name.split('/');
+  return {
+    url: `https://replicate.com/${model.name}`,
+    owner,
+    name,
+    description: null,
+    visibility: 'public',
+    is_official: model.official,
+    github_url: null,
+    paper_url: null,
+    license_url: null,
+    run_count: 0,
+    cover_image_url: null,
+    default_example: null,
+    latest_version: versionView(model),
+  };
+}
+
+/** `models.versions.get`'s answer (`schemas_version_response`): a Cog model's OpenAPI schema, as Replicate keeps it. */
+function versionView(model: FakeModel): object {
+  const properties = Object.fromEntries(model.inputs.map((input) => [input, { title: input }]));
+  return {
+    id: model.version,
+    created_at: '2026-01-05T10:00:00.000000Z',
+    cog_version: '0.16.8',
+    openapi_schema: { openapi: '3.0.2', components: { schemas: { Input: { type: 'object', properties } } } },
+  };
 }
 
 function json(response: ServerResponse, status: number, body: object): void {

@@ -9,6 +9,7 @@ import {
   sleep,
   type RemoteHttp,
 } from '../remote-http.js';
+import { describeMissing, namesNotInSchema } from '../model-inputs.js';
 
 /** The input names of the model a Cog server serves, from its schema. */
 export type CogInputs = ReadonlySet<string>;
@@ -62,18 +63,12 @@ export class CogEngine implements Engine {
 
   /** Cog drops input names it does not know without a word, so a mapping mistake would run the model wrongly. */
   private checkInputs(known: CogInputs): void {
-    const missing: string[] = [];
-    for (const [toolName, modelName] of Object.entries(this.route.inputs)) {
-      if (!known.has(modelName)) missing.push(`"${modelName}" (${this.where('inputs', toolName)})`);
-    }
-    for (const name of Object.keys(this.route.params)) {
-      if (!known.has(name)) missing.push(`"${name}" (${this.where('params', name)})`);
-    }
+    const missing = namesNotInSchema(this.route, known, (section, name) => this.where(section, name));
     if (this.route.passGenerationType && !known.has(GENERATION_TYPE)) {
       missing.push(`"${GENERATION_TYPE}" (${this.shortcut()} sends the generation type)`);
     }
     if (missing.length === 0) return;
-    const what = `no input${missing.length > 1 ? 's' : ''} ${missing.join(', ')}; its inputs: ${[...known].join(', ')}`;
+    const what = describeMissing(missing, known);
     // The server's address stays in the log.
     throw engineFailed(`The model at ${this.serverUrl} has ${what}`, `The model has ${what}`);
   }

@@ -1,21 +1,11 @@
 import type { CogRoute, CogServerSetting } from '../../config/engine-settings.js';
 import type { Engine, EngineLimits, EngineServer } from '../engine.js';
 import { RemoteHttp, engineFailed } from '../remote-http.js';
+import { SCHEMA_MAX_AGE_MS, schemaInputNames } from '../model-inputs.js';
 import { CogEngine, type CogInputs } from './cog.engine.js';
 
 /** `GET /health-check` statuses of a model that takes predictions: idle, or with every slot in use. */
 const UP_STATUSES = new Set(['READY', 'BUSY']);
-
-/**
- * How long the model's schema is trusted once read: a container replaced at the same URL (another model, a version
- * with renamed inputs) is checked as it is now within this long, and one fixed after a mismatch is used again.
- */
-const SCHEMA_MAX_AGE_MS = 60_000;
-
-/** The part of Cog's `GET /openapi.json` the engine reads. */
-interface CogOpenApi {
-  components?: { schemas?: { Input?: { properties?: Record<string, unknown> } } };
-}
 
 /**
  * A Cog container (ENGINES.md, "cog"): one model behind Cog's HTTP API, at `setting.url`. Its routes share the
@@ -65,13 +55,12 @@ export class CogServer implements EngineServer<CogRoute> {
   }
 
   private async readInputs(signal: AbortSignal | undefined): Promise<CogInputs> {
-    const schema = await this.http.json<CogOpenApi>({ method: 'GET', path: '/openapi.json', signal });
-    const properties = schema.components?.schemas?.Input?.properties;
-    if (typeof properties !== 'object' || properties === null) {
+    const names = schemaInputNames(await this.http.json({ method: 'GET', path: '/openapi.json', signal }));
+    if (!names) {
       const what = 'publishes no input schema (components.schemas.Input in /openapi.json).';
       // The server's address stays in the log.
       throw engineFailed(`The model at ${this.setting.url} ${what}`, `The model ${what}`);
     }
-    return new Set(Object.keys(properties));
+    return names;
   }
 }

@@ -24,6 +24,7 @@ import {
   sleep,
   type RemoteHttp,
 } from '../remote-http.js';
+import { describeMissing, namesNotInSchema, SCHEMA_MAX_AGE_MS, schemaInputNames } from '../model-inputs.js';
 
 /** Images up to this size go inline as data URIs; larger ones through the files API. */
 const DATA_URI_MAX_BYTES = 1024 * 1024;
@@ -51,6 +52,9 @@ interface RunState {
  * the next attempt.
  */
 export class ReplicateEngine implements Engine {
+  /** The model's input names, kept for SCHEMA_MAX_AGE_MS once read; undefined names when its schema declares none. */
+  private inputs: { names: ReadonlySet<string> | undefined; readAt: number } | undefined;
+
   constructor(
     private readonly client: Replicate,
     private readonly route: ReplicateRoute,
@@ -69,6 +73,7 @@ export class ReplicateEngine implements Engine {
     let filesInUse = false;
     try {
       if (!prediction) {
+        await this.checkInputs(signal);
         // Large inputs go up to the files API before the job takes its turn on the model.
         const input = await this.input(request, files);
         await request.slot?.take();
@@ -96,6 +101,48 @@ export class ReplicateEngine implements Engine {
       throw mapped;
     } finally {
       if (!filesInUse) await this.deleteFiles(files);
+    }
+  }
+
+  /**
+   * Replicate drops an input the model does not have without a word, so a mapping mistake would run the model wrongly:
+   * a route that names its model has the names it sends checked against the schema of the version it runs. A version
+   * alone says no model whose schema could be read.
+   */
+  private async checkInputs(signal: AbortSignal | undefined): Promise<void> {
+    if (!this.route.model) return;
+    if (!this.inputs || Date.now() - this.inputs.readAt > SCHEMA_MAX_AGE_MS) {
+      this.inputs = { names: await this.readInputs(this.route.model, signal), readAt: Date.now() };
+    }
+    const known = this.inputs.names;
+    if (!known) return;
+    const missing = namesNotInSchema(
+      this.route,
+      known,
+      (section, name) => `routes.${this.route.key}.${section}.${name}`,
+    );
+    if (missing.length === 0) return;
+    const what = describeMissing(missing, known);
+    throw engineFailed(`Replicate model ${this.route.model} has ${what}`, `The model has ${what}`);
+  }
+
+  /** The input names of the version the route runs: the one it gives, or an official model's latest. */
+  private async readInputs(model: string, signal: AbortSignal | undefined): Promise<ReadonlySet<string> | undefined> {
+    const [owner, name] = model.split('/');
+    try {
+      if (this.route.version) {
+        return schemaInputNames(
+          (await this.client.models.versions.get(owner, name, this.route.version, { signal })).openapi_schema,
+        );
+      }
+      const found = await this.client.models.get(owner, name, { signal });
+      if (!found.is_official) throw notOfficial(model);
+      return schemaInputNames(found.latest_version?.openapi_schema);
+    } catch (error) {
+      if (apiResponse(error)?.status !== 404) throw this.mapError(error, `model ${model}`, signal);
+      if (!this.route.version) throw notOfficial(model);
+      const fix = `Replicate has no version ${this.route.version} of "${model}": the route's model and version must name one model`;
+      throw engineFailed(`${fix} (404)`, `${fix}.`);
     }
   }
 
@@ -137,13 +184,13 @@ export class ReplicateEngine implements Engine {
    * PREFER_WAIT_SECONDS and a round trip), so that the prediction is recorded and runs on for the next attempt.
    */
   private async start(request: EngineRequest, input: Record<string, unknown>): Promise<Prediction> {
-    const target = this.route.model ? { model: this.route.model } : { version: this.route.version! };
+    const target = this.route.version ? { version: this.route.version } : { model: this.route.model! };
     const { signal } = request;
     signal?.throwIfAborted();
     const creating = this.client.predictions
       .create({ ...target, input, wait: PREFER_WAIT_SECONDS })
       .catch((error: unknown) => {
-        throw this.route.model && apiResponse(error)?.status === 404 ? notOfficial(this.route.model) : error;
+        throw !this.route.version && apiResponse(error)?.status === 404 ? notOfficial(this.route.model!) : error;
       });
     if (!signal) return creating;
     const settled = new AbortController();

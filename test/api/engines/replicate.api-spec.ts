@@ -13,7 +13,7 @@ import type { RunningService } from '../../support/service.js';
 
 const DOCUMENT = join(process.cwd(), 'test/fixtures/replicate/openapi.json');
 
-/** The operator's routing file of ENGINES.md: the `default` tool on a Replicate model, by version. */
+/** The operator's routing file of ENGINES.md: the `default` tool on a version of a Replicate model. */
 function enginesFile(baseUrl: string): string {
   return [
     'engines:',
@@ -25,6 +25,7 @@ function enginesFile(baseUrl: string): string {
     'routes:',
     '  default:',
     '    engine: replicate',
+    `    model: ${REAL_ESRGAN.name}`,
     `    version: ${REAL_ESRGAN.version}`,
     '    inputs: { image: image }',
     '    params: { scale: 2 }',
