@@ -238,6 +238,11 @@ routes:
       'routes.default.inputs.prompt.input: node "6" (CLIPTextEncode) in workflows/try-on.json has no input "txt" (inputs: text, clip)',
     ],
     [
+      "a text input on a node input linked from another node's output, which the value would cut",
+      `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      image: { node: "11" }\n      prompt: { node: "6", input: clip }\n    output: { node: "15" }\n`,
+      'routes.default.inputs.prompt.input: node "6" (CLIPTextEncode) input "clip" in workflows/try-on.json is a link from node "4", not a value to set',
+    ],
+    [
       "an image input on a loader input that does not exist, which would leave the workflow's own image in place",
       `${COMFY_ENGINE}routes:\n  default:\n    engine: comfy\n    workflow: workflows/try-on.json\n    inputs:\n      image: { node: "11", input: imagee }\n    output: { node: "15" }\n`,
       'routes.default.inputs.image.input: node "11" (LoadImage) in workflows/try-on.json has no input "imagee" (inputs: image)',
@@ -351,6 +356,24 @@ routes:
       url: 'http://h',
       timeoutMs: 120_000,
     });
+  });
+
+  it('takes settings shared from a top-level x- key, as compose files share them', () => {
+    const path = routingFile(
+      'x-gpu: &gpu\n  kind: cog\n  timeout: 2m\nengines:\n  vton:\n    <<: *gpu\n    url: http://h\nroutes: {}\n',
+    );
+
+    expect(new AppConfig({ ENGINES_FILE: path }).engineRouting.servers).toEqual([
+      expect.objectContaining({ name: 'vton', kind: 'cog', url: 'http://h', timeoutMs: 120_000 }),
+    ]);
+  });
+
+  it('refuses a variable written without braces, which would be taken as the text it is', () => {
+    const path = routingFile('engines:\n  r:\n    kind: replicate\n    token: $REPLICATE_API_TOKEN\nroutes: {}\n');
+
+    expect(problemsOf({ ENGINES_FILE: path, REPLICATE_API_TOKEN: 'r8_x' })).toEqual([
+      `ENGINES_FILE ${path}: engines.r.token: write \${REPLICATE_API_TOKEN} to read REPLICATE_API_TOKEN from the environment`,
+    ]);
   });
 
   it('refuses a tool routed by the file and by ENGINE_<TOOL> at once', () => {

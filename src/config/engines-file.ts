@@ -54,6 +54,8 @@ const SCHEMAS = {
       engines: { type: 'object', additionalProperties: { type: 'object', required: ['kind'] } },
       routes: { type: 'object', additionalProperties: { type: 'object', required: ['engine'] } },
     },
+    // Compose's convention for settings shared through anchors (`x-gpu: &gpu`): read by nothing but the YAML merge.
+    patternProperties: { '^x-': {} },
   },
   'server:cog': {
     type: 'object',
@@ -321,14 +323,14 @@ class EnginesFileReader {
           continue;
         }
         const loaderInput = mapping.input ?? 'image';
-        if (!this.nodeHasInput(workflow, node, loaderInput, `${where}.input`, workflowFile)) continue;
+        if (!this.settableInput(workflow, node, loaderInput, `${where}.input`, workflowFile)) continue;
         inputs[name] = { node, input: loaderInput };
       } else {
         if (mapping.input === undefined) {
           this.problems.push(`${where}.input: a text input needs the node input it sets, such as "text"`);
           continue;
         }
-        if (!this.nodeHasInput(workflow, node, mapping.input, `${where}.input`, workflowFile)) continue;
+        if (!this.settableInput(workflow, node, mapping.input, `${where}.input`, workflowFile)) continue;
         inputs[name] = { node, input: mapping.input };
       }
     }
@@ -339,7 +341,7 @@ class EnginesFileReader {
       const { node: seedNode, input } = raw.seed as { node: string | number; input: string };
       const node = String(seedNode);
       if (!workflow[node]) this.problems.push(`${at}.seed.node: node "${node}" is not in ${workflowFile}`);
-      else if (this.nodeHasInput(workflow, node, input, `${at}.seed.input`, workflowFile)) seed = { node, input };
+      else if (this.settableInput(workflow, node, input, `${at}.seed.input`, workflowFile)) seed = { node, input };
     }
     // Two values set into one node input: the last would win and the other would never reach the model.
     const filled = new Map<string, string>();
@@ -356,13 +358,26 @@ class EnginesFileReader {
     return { ...base, kind: 'comfyui', workflowFile, workflow, inputs, output: { node: outputNode }, seed };
   }
 
-  private nodeHasInput(workflow: ComfyWorkflow, node: string, input: string, at: string, file: string): boolean {
-    if (Object.hasOwn(workflow[node].inputs, input)) return true;
-    const known = Object.keys(workflow[node].inputs).join(', ') || 'none';
-    this.problems.push(
-      `${at}: node "${node}" (${workflow[node].class_type}) in ${file} has no input "${input}" (inputs: ${known})`,
-    );
-    return false;
+  /**
+   * A node input a value can be set into: one the node has, holding a value (a widget's), not a link from another
+   * node's output (`["4", 1]` in the API format). Set over a link, the value would cut the node from its source, and
+   * the prompt would fail only on the server, after every job's uploads.
+   */
+  private settableInput(workflow: ComfyWorkflow, node: string, input: string, at: string, file: string): boolean {
+    const { class_type: type, inputs } = workflow[node];
+    if (!Object.hasOwn(inputs, input)) {
+      const known = Object.keys(inputs).join(', ') || 'none';
+      this.problems.push(`${at}: node "${node}" (${type}) in ${file} has no input "${input}" (inputs: ${known})`);
+      return false;
+    }
+    const value = inputs[input];
+    if (Array.isArray(value) && value.length === 2 && typeof value[1] === 'number') {
+      this.problems.push(
+        `${at}: node "${node}" (${type}) input "${input}" in ${file} is a link from node "${String(value[0])}", not a value to set`,
+      );
+      return false;
+    }
+    return true;
   }
 
   /** The workflow file, relative to the routing file, in ComfyUI's API format: `{"<id>": {class_type, inputs}}`. */
@@ -486,6 +501,9 @@ class EnginesFileReader {
   private substitute(value: Json, at: string, unset: Set<string>): Json {
     const walk = (node: unknown, path: string): unknown => {
       if (typeof node === 'string') {
+        // `$TOKEN`, as a shell or a compose file would take it, is taken here as the text it is: say so at boot.
+        const bare = /^\$([A-Za-z_][A-Za-z0-9_]*)$/.exec(node);
+        if (bare) this.problems.push(`${path}: write \${${bare[1]}} to read ${bare[1]} from the environment`);
         return node.replace(VARIABLE, (_whole, name: string) => {
           const found = this.env[name];
           if (found === undefined || found === '') {
