@@ -7,6 +7,7 @@ import { type RemovalPlan, type Removed, UserRemoval } from './admin/user-remova
 import { ApiKeyService } from './auth/api-key.service.js';
 import { ApiKeysModule } from './auth/auth.module.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
+import { isWellFormedApiKey, lookupPrefix } from './common/api-key.js';
 import { count } from './common/count.js';
 import { DrainingModule } from './common/draining.module.js';
 import { ConfigModule } from './config/config.module.js';
@@ -79,7 +80,13 @@ async function run(command: CliCommand, app: INestApplicationContext, config: Ap
       return 0;
     case 'keys revoke': {
       const revoked = await app.get(ApiKeyService).revoke(command.keyOrPrefix);
-      if (revoked === 0) return fail('No active key matches.');
+      if (revoked === 0) {
+        return fail(
+          isWellFormedApiKey(command.keyOrPrefix)
+            ? `No active key is the key given (prefix ${lookupPrefix(command.keyOrPrefix)}): nothing was revoked.`
+            : 'No active key matches.',
+        );
+      }
       print(`Revoked ${revoked} key.`);
       return 0;
     }

@@ -47,11 +47,15 @@ export class ApiKeyRepository {
     });
   }
 
-  /** Revokes the active key with this prefix; resolves how many keys were revoked. */
-  async revoke(prefix: string): Promise<number> {
+  /**
+   * Revokes the active key with this prefix, and when `keyHash` is given only if the key's hash is that one; resolves
+   * how many keys were revoked.
+   */
+  async revoke(prefix: string, keyHash?: Buffer): Promise<number> {
     const revoked = await this.db.query({
-      text: 'UPDATE api_keys SET revoked_at = now() WHERE prefix = $1 AND revoked_at IS NULL RETURNING id',
-      values: [prefix],
+      text: `UPDATE api_keys SET revoked_at = now()
+              WHERE prefix = $1 AND ($2::bytea IS NULL OR key_hash = $2) AND revoked_at IS NULL RETURNING id`,
+      values: [prefix, keyHash ?? null],
     });
     return revoked.length;
   }

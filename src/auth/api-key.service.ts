@@ -54,9 +54,14 @@ export class ApiKeyService {
     }));
   }
 
-  /** Revokes by the whole key or by the prefix `list` shows; returns how many keys were revoked. */
+  /**
+   * Revokes by the whole key (only the key whose hash it has: a mistyped key revokes none, not the key sharing its
+   * prefix) or by the prefix `list` shows; returns how many keys were revoked.
+   */
   async revoke(keyOrPrefix: string): Promise<number> {
-    const revoked = await this.keys.revoke(lookupPrefix(keyOrPrefix));
+    const revoked = isWellFormedApiKey(keyOrPrefix)
+      ? await this.keys.revoke(lookupPrefix(keyOrPrefix), hashApiKey(keyOrPrefix))
+      : await this.keys.revoke(keyOrPrefix);
     this.cache.clear();
     return revoked;
   }

@@ -159,6 +159,25 @@ describe('API key command line', () => {
     );
 
     it(
+      'refuses a whole key that is not one, revoking nothing, not even the key that shares its prefix',
+      async () => {
+        const key = await createKey('gina');
+        // A typo in the secret part: the same prefix, another key.
+        const last = key.at(-1) === 'a' ? 'b' : 'a';
+        const mistyped = `${key.slice(0, -1)}${last}`;
+
+        const result = await sut('revoke', mistyped);
+
+        expect(result.code).toBe(1);
+        expect(result.stdout).toBe('');
+        expect(result.stderr).toContain('No active key is the key given');
+        expect(result.stderr).not.toContain(mistyped);
+        expect(await statusWithKey(key)).toBe(200);
+      },
+      CLI_TIMEOUT_MS,
+    );
+
+    it(
       'exits 1 for an unknown prefix',
       async () => {
         const result = await sut('revoke', 'igs_00000000');
