@@ -54,6 +54,10 @@ async function main(args: string[]): Promise<number> {
     return 2;
   }
   const config = loadConfig();
+  // On stderr: stdout is what scripts read. An operator who forgot DATABASE_URL sees here why no key is found.
+  if (!config.databaseUrl) {
+    process.stderr.write(`igs: DATABASE_URL is unset: using the embedded database in ${config.embeddedDbDir}\n`);
+  }
   const root: DynamicModule = {
     module: class CliModule {},
     imports: [ConfigModule.forRoot(config), DatabaseModule, ...modulesFor(command)],

@@ -1,6 +1,7 @@
+import { join } from 'node:path';
 import { lookupPrefix } from '../../../src/common/api-key.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { runCli, type RunningService, startService } from '../../support/service.js';
+import { freePort, runCli, type RunningService, startService } from '../../support/service.js';
 
 /** Each command line run boots Nest and connects to the database: about a second on a quiet machine. */
 const CLI_TIMEOUT_MS = 30_000;
@@ -199,6 +200,30 @@ describe('API key command line', () => {
         expect(result.code).toBe(1);
       },
       CLI_TIMEOUT_MS,
+    );
+  });
+
+  describe('without DATABASE_URL', () => {
+    it(
+      'says on stderr that it uses the embedded database, and where, leaving stdout as it was',
+      async () => {
+        const dir = join(env.dataDir, 'pglite');
+        const embeddedEnv = {
+          ...Object.fromEntries(Object.entries(env.serviceEnv).filter(([name]) => name !== 'DATABASE_URL')),
+          EMBEDDED_DB_DIR: dir,
+          EMBEDDED_DB_PORT: String(await freePort()),
+        };
+        const notice = `igs: DATABASE_URL is unset: using the embedded database in ${dir}\n`;
+
+        const created = await runCli(['keys', 'create', '--user', 'local'], embeddedEnv);
+        const listed = await runCli(['keys', 'list'], embeddedEnv);
+
+        expect(created).toMatchObject({ code: 0, stderr: notice });
+        expect(created.stdout).toMatch(KEY_LINE);
+        expect(listed).toMatchObject({ code: 0, stderr: notice });
+        expect(listed.stdout).toMatch(/^igs_\w{8}\tlocal\t.*\tactive\n$/);
+      },
+      2 * CLI_TIMEOUT_MS,
     );
   });
 
