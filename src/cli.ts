@@ -11,6 +11,7 @@ import { isWellFormedApiKey, lookupPrefix } from './common/api-key.js';
 import { count } from './common/count.js';
 import { DrainingModule } from './common/draining.module.js';
 import { ConfigModule } from './config/config.module.js';
+import { assertDatabaseReachable } from './database/data-source.js';
 import { DatabaseModule } from './database/database.module.js';
 import { JobsModule } from './jobs/jobs.module.js';
 import { MediaModule } from './media/media.module.js';
@@ -57,6 +58,9 @@ async function main(args: string[]): Promise<number> {
   // On stderr: stdout is what scripts read. An operator who forgot DATABASE_URL sees here why no key is found.
   if (!config.databaseUrl) {
     process.stderr.write(`igs: DATABASE_URL is unset: using the embedded database in ${config.embeddedDbDir}\n`);
+  } else {
+    // At once and in plain words: booting would retry for half a minute, silently here, then give the driver's error.
+    await assertDatabaseReachable(config.databaseUrl);
   }
   const root: DynamicModule = {
     module: class CliModule {},
@@ -160,7 +164,9 @@ function describeRemoved(removed: Removed): string {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(`${error instanceof ConfigError ? error.message : `igs: ${String(error)}`}\n`);
+    process.stderr.write(
+      `${error instanceof ConfigError ? error.message : `igs: ${error instanceof Error ? error.message : String(error)}`}\n`,
+    );
     process.exit(1);
   },
 );

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { DataSource, type DataSourceOptions } from 'typeorm';
 import { Initial1795292142970 } from './migrations/1795292142970-Initial.js';
 import { HistoryCounts1795296939184 } from './migrations/1795296939184-HistoryCounts.js';
@@ -20,6 +21,28 @@ const MIGRATION_LOCK_ID = 7_294_310_551;
 
 /** How long opening a PostgreSQL connection may take before the statement waiting for it fails (503). */
 export const CONNECT_TIMEOUT_MS = 2000;
+
+/**
+ * Opens one connection to PostgreSQL and closes it, so that one that cannot be reached is named plainly (with the
+ * host and port tried, never the password) within CONNECT_TIMEOUT_MS, rather than after the database module's
+ * half a minute of retries and in the driver's words alone. For the command line; a service waits for its database.
+ */
+export async function assertDatabaseReachable(url: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new Error(
+      `Cannot connect to PostgreSQL at ${client.host}:${client.port} (${reason}). Check DATABASE_URL and that the server ` +
+        'is running and takes connections from here.',
+      { cause: error },
+    );
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
 
 /**
  * A statement with its values. A `name` makes it a prepared statement: each connection parses and plans it once,
