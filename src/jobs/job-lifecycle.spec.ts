@@ -319,9 +319,17 @@ describe('JobLifecycle', () => {
   });
 
   describe('delete', () => {
-    it('removes a pending item, drops its job, and stops the model run an earlier attempt left going', async () => {
+    it.each([
+      [
+        'a pending item, drops its job, and stops the model run an earlier attempt left going',
+        'pending',
+        [ABANDON_RUN],
+      ],
+      ['a complete item with its outputs, and drops its job', 'complete', []],
+    ] as const)('removes %s', async (_what, status, abandoned) => {
       const { sut, steps, announced } = world();
       await sut.accept(newItem(), 10);
+      if (status === 'complete') await sut.complete(ID, () => Promise.resolve());
       steps.length = 0;
 
       expect(await sut.delete(USER, ID)).toBe(true);
@@ -332,31 +340,11 @@ describe('JobLifecycle', () => {
         'drop job',
         'drop webhook message',
         'forget progress',
-        ABANDON_RUN,
+        ...abandoned,
         DELETE_INPUTS,
         `media: delete folder ${ID}`,
       ]);
-      expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status: 'pending' });
-    });
-
-    it('removes a complete item with its outputs, and drops its job', async () => {
-      const { sut, steps, announced } = world();
-      await sut.accept(newItem(), 10);
-      await sut.complete(ID, () => Promise.resolve());
-      steps.length = 0;
-
-      expect(await sut.delete(USER, ID)).toBe(true);
-      await settled();
-
-      expect(steps).toEqual([
-        'delete row',
-        'drop job',
-        'drop webhook message',
-        'forget progress',
-        DELETE_INPUTS,
-        `media: delete folder ${ID}`,
-      ]);
-      expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status: 'complete' });
+      expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status });
     });
 
     it("answers false for another user's item and leaves it alone", async () => {

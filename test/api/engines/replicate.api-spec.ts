@@ -4,7 +4,13 @@ import { join } from 'node:path';
 import sharp from 'sharp';
 import { Client, createJob, type HistoryItemBody } from '../../support/client.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { REAL_ESRGAN, sha256, startFakeReplicate, type FakeReplicate } from '../../support/fake-replicate.js';
+import {
+  type FakePredictionRecord,
+  type FakeReplicate,
+  REAL_ESRGAN,
+  sha256,
+  startFakeReplicate,
+} from '../../support/fake-replicate.js';
 import { openStream } from '../../support/event-stream.js';
 import { createUser, expectCompleteWithOutputs, final, Processes, waitUntil } from '../../support/harness.js';
 import { makeImage } from '../../support/jobs.js';
@@ -136,57 +142,52 @@ describe('the replicate engine in the built service', () => {
     expect(api.violations).toEqual([]);
   }, 60_000);
 
+  /**
+   * A job whose prediction runs when its worker stops past SHUTDOWN_TIMEOUT_MS, as at a rollout: the prediction is left
+   * running for the job's next attempt.
+   */
+  async function leftRunningAtRollout(apiUrl: string, colour: string) {
+    // Past this, a worker told to stop stops its jobs: far sooner than the prediction's run.
+    const leaving = await processes.start('worker', { ...settings, SHUTDOWN_TIMEOUT_MS: '200' });
+    fake.run({ kind: 'succeed', steps: 8, stepMs: 500 });
+    const image = await makeImage(280, 220, 'png', colour);
+    const id = await createJob(apiUrl, key, {
+      tool: 'default',
+      image: { data: image, filename: 'photo.png', contentType: 'image/png' },
+    });
+    const ours = (p: FakePredictionRecord) => p.input['image'] === sha256(image);
+    await fake.waitFor((f) => f.predictions.some((p) => ours(p) && p.status === 'processing'), 'the prediction to run');
+    const cancelsBefore = fake.cancels.length;
+    expect(await leaving.stop('SIGTERM')).toBe(0);
+    return { id, predictions: () => fake.predictions.filter(ours), cancelsBefore };
+  }
+
   it('leaves its prediction running at a rollout, for the next worker to follow: created once, never canceled', async () => {
     // An API and workers apart, as deployed: the worker stopped here is the one running the job.
     await processes.stop(service);
     const apiAlone = await processes.start('api', settings);
-    // Past this, a worker told to stop stops its jobs: far sooner than the prediction's run.
-    const leaving = await processes.start('worker', { ...settings, SHUTDOWN_TIMEOUT_MS: '200' });
-    fake.run({ kind: 'succeed', steps: 8, stepMs: 500 });
-    const image = await makeImage(280, 220, 'png', '#3a6ea5');
-    const id = await createJob(apiAlone.baseUrl, key, {
-      tool: 'default',
-      image: { data: image, filename: 'photo.png', contentType: 'image/png' },
-    });
-    await fake.waitFor(
-      (f) => f.predictions.some((p) => p.input['image'] === sha256(image) && p.status === 'processing'),
-      'the prediction to run',
-    );
-    const cancelsBefore = fake.cancels.length;
+    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#3a6ea5');
 
-    expect(await leaving.stop('SIGTERM')).toBe(0);
     const next = await processes.start('worker', settings);
     const item = await final(apiAlone.baseUrl, key, id, 45_000);
     await processes.stop(next);
 
     await expectCompleteWithOutputs(apiAlone.baseUrl, item);
-    expect(fake.predictions.filter((p) => p.input['image'] === sha256(image))).toHaveLength(1);
+    expect(predictions()).toHaveLength(1);
     expect(fake.cancels.slice(cancelsBefore)).toEqual([]);
     expect(api.violations).toEqual([]);
   }, 90_000);
 
   it('cancels the prediction a rollout left running when the job is canceled before its next attempt', async () => {
-    // As above, but no worker comes after the one stopped: the API that takes the cancel stops the prediction.
+    // No worker comes after the one stopped: the API that takes the cancel stops the prediction.
     const apiAlone = await processes.start('api', settings);
-    const leaving = await processes.start('worker', { ...settings, SHUTDOWN_TIMEOUT_MS: '200' });
-    fake.run({ kind: 'succeed', steps: 8, stepMs: 500 });
-    const image = await makeImage(260, 230, 'png', '#6ea53a');
-    const id = await createJob(apiAlone.baseUrl, key, {
-      tool: 'default',
-      image: { data: image, filename: 'photo.png', contentType: 'image/png' },
-    });
-    await fake.waitFor(
-      (f) => f.predictions.some((p) => p.input['image'] === sha256(image) && p.status === 'processing'),
-      'the prediction to run',
-    );
-    const prediction = fake.predictions.find((p) => p.input['image'] === sha256(image))!;
-    const cancelsBefore = fake.cancels.length;
-    expect(await leaving.stop('SIGTERM')).toBe(0);
+    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#6ea53a');
 
     const canceled = await new Client(apiAlone.baseUrl, key).cancel(id);
 
     expect(canceled.status).toBe(200);
     expect(canceled.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+    const [prediction] = predictions();
     expect(fake.cancels.slice(cancelsBefore)).toEqual([prediction.id]);
     expect(prediction.status).toBe('canceled');
     expect(api.violations).toEqual([]);
