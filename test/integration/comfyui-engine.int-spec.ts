@@ -287,6 +287,20 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     expect(fake.prompts).toHaveLength(1);
   });
 
+  it('fails the job before uploading anything when the output node is no output node, whose image ComfyUI would not keep', async () => {
+    const sut = server.engineFor({ ...route(), output: { node: '7' } });
+
+    const error = await failure(sut.generate(await request()));
+
+    expect(error).toMatchObject({
+      code: 'engine_failed',
+      clientMessage:
+        'routes.default.output.node: node "7" is a VAEDecode, not an output node (such as SaveImage or PreviewImage) whose image ComfyUI keeps.',
+    });
+    expect(fake.uploads).toEqual([]);
+    expect(fake.prompts).toEqual([]);
+  });
+
   it('shares one websocket between the jobs of the process, routing each message to its job', async () => {
     fake.switches.slots = 3;
     const sut = server.engineFor(route());

@@ -103,9 +103,13 @@ export class ComfyEngine implements Engine {
     if (run && run.state !== 'stopped') await this.cancel(run.promptId);
   }
 
-  /** A class the server lacks (a custom node not installed) fails the job naming it, before anything is uploaded. */
+  /**
+   * A class the server lacks (a custom node not installed) fails the job naming it, before anything is uploaded; so
+   * does a route's output node that is no output node (a VAEDecode, say): ComfyUI keeps only output nodes' images, so
+   * the job would fail only after the whole run on the GPU.
+   */
   private async checkNodeClasses(): Promise<void> {
-    const known = await this.server.http.json<Record<string, unknown>>({
+    const known = await this.server.http.json<Record<string, { output_node?: unknown } | undefined>>({
       method: 'GET',
       path: '/object_info',
       maxBytes: OBJECT_INFO_MAX_BYTES,
@@ -113,12 +117,19 @@ export class ComfyEngine implements Engine {
     const missing = [...new Set(Object.values(this.route.workflow).map((node) => node.class_type))].filter(
       (name) => !Object.hasOwn(known, name),
     );
-    if (missing.length === 0) return;
-    const names = missing.map((name) => `"${name}"`).join(', ');
-    throw engineFailed(
-      `ComfyUI has no node class ${names} that ${this.route.workflowFile} uses (a custom node not installed)`,
-      `The ComfyUI server has no node class ${names} that the workflow needs: install the custom node that provides it.`,
-    );
+    if (missing.length > 0) {
+      const names = missing.map((name) => `"${name}"`).join(', ');
+      throw engineFailed(
+        `ComfyUI has no node class ${names} that ${this.route.workflowFile} uses (a custom node not installed)`,
+        `The ComfyUI server has no node class ${names} that the workflow needs: install the custom node that provides it.`,
+      );
+    }
+    const { node } = this.route.output;
+    const type = this.route.workflow[node].class_type;
+    if (known[type]?.output_node !== true) {
+      const what = `routes.${this.route.key}.output.node: node "${node}" is a ${type}, not an output node (such as SaveImage or PreviewImage) whose image ComfyUI keeps`;
+      throw engineFailed(`${what} (${this.route.workflowFile})`, `${what}.`);
+    }
   }
 
   /**
