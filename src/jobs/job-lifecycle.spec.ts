@@ -36,7 +36,14 @@ function newItem(): NewHistoryItem {
 
 /** A history table of one row at most, and the storage and queue around it, all recording into `steps`. */
 function world(
-  options: { queueDown?: boolean; pendingLimitReached?: boolean; insertFails?: boolean; workerHoldsJob?: boolean } = {},
+  options: {
+    queueDown?: boolean;
+    pendingLimitReached?: boolean;
+    insertFails?: boolean;
+    workerHoldsJob?: boolean;
+    /** The model server does not answer the stop: `abandon` resolves only once `answer` is called. */
+    serverSilent?: boolean;
+  } = {},
 ) {
   const steps: Step[] = [];
   let row: (EndedRow & { status: JobStatus }) | undefined;
@@ -125,10 +132,11 @@ function world(
       return Promise.resolve();
     },
   };
+  let answer = () => {};
   const runs = {
     abandon: (job: { id: string; tool: string; generationType: string }) => {
       steps.push(`abandon the run of ${job.id} (${job.tool}/${job.generationType})`);
-      return Promise.resolve();
+      return options.serverSilent ? new Promise<void>((resolve) => (answer = resolve)) : Promise.resolve();
     },
   };
   const sut = new JobLifecycle(
@@ -142,7 +150,7 @@ function world(
     store('inputs') as unknown as ObjectStore,
     store('media') as unknown as ObjectStore,
   );
-  return { sut, steps, outcomes, announced, status: () => row?.status };
+  return { sut, steps, outcomes, announced, status: () => row?.status, answer: () => answer() };
 }
 
 /** Listeners run after the change, on a later turn. */
@@ -266,8 +274,22 @@ describe('JobLifecycle', () => {
       expect(await sut.cancel(USER, ID)).toBe('canceled');
 
       expect(status()).toBe('error');
-      expect(steps).toEqual(['commit error', 'drop job', ABANDON_RUN, DELETE_INPUTS, `media: delete folder ${ID}`]);
+      expect(steps).toEqual(['commit error', 'drop job', DELETE_INPUTS, `media: delete folder ${ID}`, ABANDON_RUN]);
       expect(outcomes).toEqual(['canceled']);
+    });
+
+    it('announces the end while a model server that does not answer still holds the stop of the run', async () => {
+      const { sut, announced, answer } = world({ serverSilent: true });
+      await sut.accept(newItem(), 10);
+      announced.length = 0;
+
+      const canceling = sut.cancel(USER, ID);
+      await settled();
+      await settled();
+
+      expect(announced).toEqual([{ kind: 'failed', historyItemId: ID, userId: USER, status: 'error' }]);
+      answer();
+      expect(await canceling).toBe('canceled');
     });
 
     it('leaves a job a worker holds, and its run, to that worker, which stops them itself', async () => {
@@ -340,11 +362,25 @@ describe('JobLifecycle', () => {
         'drop job',
         'drop webhook message',
         'forget progress',
-        ...abandoned,
         DELETE_INPUTS,
         `media: delete folder ${ID}`,
+        ...abandoned,
       ]);
       expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status });
+    });
+
+    it('announces the deletion while a model server that does not answer still holds the stop of the run', async () => {
+      const { sut, announced, answer } = world({ serverSilent: true });
+      await sut.accept(newItem(), 10);
+      announced.length = 0;
+
+      const deleting = sut.delete(USER, ID);
+      await settled();
+      await settled();
+
+      expect(announced).toEqual([{ kind: 'deleted', historyItemId: ID, userId: USER, status: 'pending' }]);
+      answer();
+      expect(await deleting).toBe(true);
     });
 
     it("answers false for another user's item and leaves it alone", async () => {

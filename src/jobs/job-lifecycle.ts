@@ -103,8 +103,9 @@ export class JobLifecycle {
   async cancel(userId: string, id: string): Promise<'canceled' | JobStatus | undefined> {
     const item = await this.items.failOwnedWhilePending(userId, id, 'canceled', 'The job was canceled.');
     if (typeof item !== 'object') return item;
-    await this.dropQueued(item, { wasPending: true });
+    const dropped = await this.queue.drop(id);
     await this.ended(item, 'canceled');
+    await this.abandonRun(item, { dropped, wasPending: true });
     return 'canceled';
   }
 
@@ -116,13 +117,10 @@ export class JobLifecycle {
   async delete(userId: string, id: string): Promise<boolean> {
     const item = await this.items.deleteOwned(userId, id);
     if (!item) return false;
-    await Promise.all([
-      this.dropQueued(item, { wasPending: item.status === 'pending' }),
-      this.webhooks.drop(id),
-      this.progress.forget(id),
-    ]);
+    const [dropped] = await Promise.all([this.queue.drop(id), this.webhooks.drop(id), this.progress.forget(id)]);
     await this.removeFiles(item, { keepOutputs: false });
     this.events.announce({ kind: 'deleted', historyItemId: id, userId, status: item.status });
+    await this.abandonRun(item, { dropped, wasPending: item.status === 'pending' });
     return true;
   }
 
@@ -161,11 +159,16 @@ export class JobLifecycle {
   }
 
   /**
-   * Drops a pending item's job from the queue and stops the model run an earlier attempt left going (a rollout, a
-   * retry's backoff): nobody will follow it now. A job a worker holds is left to that worker, which stops its own run.
+   * Stops the model run an earlier attempt of a pending item's job left going (a rollout, a retry's backoff), once the
+   * job is out of the queue: nobody will follow it now. A job a worker holds (not dropped) is left to that worker,
+   * which stops its own run. Called after the end is announced: a model server that does not answer holds the stop
+   * for its engine's cleanup timeout (seconds), and streams and webhooks are not to wait for it.
    */
-  private async dropQueued(item: EndedRow, { wasPending }: { wasPending: boolean }): Promise<void> {
-    if ((await this.queue.drop(item.id)) && wasPending) await this.runs.abandon(item);
+  private async abandonRun(
+    item: EndedRow,
+    { dropped, wasPending }: { dropped: boolean; wasPending: boolean },
+  ): Promise<void> {
+    if (dropped && wasPending) await this.runs.abandon(item);
   }
 
   private async ended(item: EndedRow, outcome: 'complete' | JobErrorCode): Promise<void> {
