@@ -376,6 +376,16 @@ routes:
     ]);
   });
 
+  it('refuses a variable without braces inside a value, as in a header, and leaves a $ within a word alone', () => {
+    const path = routingFile(
+      `${COMFY_ENGINE}    headers:\n      Authorization: Bearer $COMFY_TOKEN\n      X-Literal: a$b and $5\nroutes: {}\n`,
+    );
+
+    expect(problemsOf({ ENGINES_FILE: path, COMFY_TOKEN: 't' })).toEqual([
+      `ENGINES_FILE ${path}: engines.comfy.headers.Authorization: write \${COMFY_TOKEN} to read COMFY_TOKEN from the environment`,
+    ]);
+  });
+
   it('refuses a tool routed by the file and by ENGINE_<TOOL> at once', () => {
     const path = routingFile(
       'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: image }\n',

@@ -18,6 +18,8 @@ import type {
 const DEFAULT_CONCURRENCY = 1;
 /** `${VAR}`: read from the environment in an engine's settings. */
 const VARIABLE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+/** `$VAR` as a word of its own: a variable written without its braces. */
+const BARE_VARIABLE = /(?<=^|\s)\$([A-Za-z_][A-Za-z0-9_]*)(?=\s|$)/g;
 const DEFAULT_TIMEOUT = '5m';
 const REPLICATE_BASE_URL = 'https://api.replicate.com/v1';
 /** ComfyUI's core node classes that load an uploaded image by file name into `inputs.image`. */
@@ -501,9 +503,11 @@ class EnginesFileReader {
   private substitute(value: Json, at: string, unset: Set<string>): Json {
     const walk = (node: unknown, path: string): unknown => {
       if (typeof node === 'string') {
-        // `$TOKEN`, as a shell or a compose file would take it, is taken here as the text it is: say so at boot.
-        const bare = /^\$([A-Za-z_][A-Za-z0-9_]*)$/.exec(node);
-        if (bare) this.problems.push(`${path}: write \${${bare[1]}} to read ${bare[1]} from the environment`);
+        // `$TOKEN`, as a shell or a compose file would take it, is taken here as the text it is: say so at boot. A word
+        // of its own (`Bearer $TOKEN` too), so that a literal value with a `$` inside it is left alone.
+        for (const [, name] of node.matchAll(BARE_VARIABLE)) {
+          this.problems.push(`${path}: write \${${name}} to read ${name} from the environment`);
+        }
         return node.replace(VARIABLE, (_whole, name: string) => {
           const found = this.env[name];
           if (found === undefined || found === '') {
