@@ -23,6 +23,11 @@ describe('routeLabel', () => {
     expect(routeLabel(requestOn({ path: ['/', '/queue/:queueName'] }, '/admin/queues'))).toBe('/admin/queues');
   });
 
+  it('is one label whatever the case the client spells the mount in, which Express matches in any case', () => {
+    expect(routeLabel(requestOn(undefined, '/ADMIN/Queues'))).toBe('/admin/queues');
+    expect(routeLabel(requestOn({ path: '/:id/:file' }, '/Media'))).toBe('/media/:id/:file');
+  });
+
   it('is "unmatched" for the catch-all route that answers unknown paths', () => {
     expect(routeLabel(requestOn({ path: '{/*splat}' }))).toBe(UNMATCHED_ROUTE);
   });

@@ -12,9 +12,11 @@ export const UNMATCHED_ROUTE = 'unmatched';
  * app answered without a route template of its own (the queue board's page and static files) is labelled by the mount.
  */
 export function routeLabel(request: Pick<Request, 'baseUrl' | 'route'>): string {
+  // The mount as the client spelt it: Express matches it in any case, so each spelling would be a series of its own.
+  const mount = request.baseUrl.toLowerCase();
   const path = (request.route as { path?: unknown } | undefined)?.path;
-  if (typeof path === 'string' && !path.includes('*')) return `${request.baseUrl}${path}`;
-  return request.baseUrl || UNMATCHED_ROUTE;
+  if (typeof path === 'string' && !path.includes('*')) return `${mount}${path}`;
+  return mount || UNMATCHED_ROUTE;
 }
 
 /**
