@@ -81,7 +81,7 @@ interface Flushable {
  * milliseconds; one that hangs would otherwise hold the exit for the exporter's own timeout (10 s), past the grace
  * period the operators' guide gives on top of SHUTDOWN_TIMEOUT_MS.
  */
-export const TRACE_FLUSH_MS = 2000;
+const TRACE_FLUSH_MS = 2000;
 
 /** Exports the spans still batched when the process stops, so a rollout does not lose the last seconds of traces. */
 @Injectable()
