@@ -59,7 +59,10 @@ export class EngineRuns {
         const options = { identifier: job.id, acquiredExternally: true } as const;
         await new Semaphore(this.redis, `${ENGINE_SLOTS}${route.engineName}`, route.concurrency, options).release();
       }
-      this.logger.log({ id: job.id, engine: route.engineName }, 'stopped the run of a job that ended between attempts');
+      this.logger.log(
+        { id: job.id, engine: route.engineName },
+        'asked the model server to stop the run of a job that ended between attempts',
+      );
     } catch (error) {
       this.logger.warn({ id: job.id, err: (error as Error).message }, 'could not stop the run of an ended job');
     }

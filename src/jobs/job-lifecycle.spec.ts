@@ -319,6 +319,32 @@ describe('JobLifecycle', () => {
     });
   });
 
+  describe('timeOut', () => {
+    it('ends an overdue job timeout, drops it, and stops the model run an earlier attempt left going', async () => {
+      const { sut, steps, outcomes, status } = world();
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      expect(await sut.timeOut(ID)).toBe(true);
+
+      expect(status()).toBe('error');
+      expect(steps).toEqual(['commit error', 'drop job', DELETE_INPUTS, `media: delete folder ${ID}`, ABANDON_RUN]);
+      expect(outcomes).toEqual(['timeout']);
+    });
+
+    it('leaves an item that ended meanwhile as it is, and its run to whoever ended it', async () => {
+      const { sut, steps, outcomes } = world();
+      await sut.accept(newItem(), 10);
+      await sut.complete(ID, () => Promise.resolve());
+      steps.length = 0;
+
+      expect(await sut.timeOut(ID)).toBe(false);
+
+      expect(steps).toEqual(['drop job']);
+      expect(outcomes).toEqual(['complete']);
+    });
+  });
+
   describe('removeLeftovers', () => {
     it('of an item ended while a worker held its job: stops the run an earlier attempt left, removes the inputs', async () => {
       const { sut, steps } = world({ workerHoldsJob: true });

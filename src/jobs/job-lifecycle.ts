@@ -110,6 +110,20 @@ export class JobLifecycle {
   }
 
   /**
+   * Ends a job pending past its deadline `timeout` (the reconciler's sweep): its queued job is dropped, and the run an
+   * earlier attempt left going is stopped, as for a cancel; a running one is stopped by its worker. Resolves false when
+   * the item was no longer pending.
+   */
+  async timeOut(id: string): Promise<boolean> {
+    const item = await this.items.failWhilePending(id, 'timeout', 'The job did not finish in time.');
+    const dropped = await this.queue.drop(id);
+    if (!item) return false;
+    await this.ended(item, 'timeout');
+    await this.abandonRun(item, { dropped, wasPending: true });
+    return true;
+  }
+
+  /**
    * Deletes a user's item, whatever its state: gone for the client at once. A queued job is dropped, with the model
    * run an earlier attempt left going, and so is a webhook message still to be sent; a running job finds the item
    * gone when it finishes and throws its result away. Resolves false when the user has no such item.

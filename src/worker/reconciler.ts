@@ -69,12 +69,11 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
   private async expireOverdue(): Promise<number> {
     let count = 0;
     for (const id of await this.items.pendingOlderThan(this.config.jobDeadlineMs / 1000, SWEEP_BATCH)) {
-      if (await this.lifecycle.fail(id, 'timeout', 'The job did not finish in time.')) {
+      if (await this.lifecycle.timeOut(id)) {
         count++;
         // Counted as each item ends: a sweep that fails halfway still counts the items it ended.
         this.metrics.countReconciled('timeout', 1);
       }
-      await this.queue.drop(id);
     }
     return count;
   }

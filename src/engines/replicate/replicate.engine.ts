@@ -146,11 +146,13 @@ export class ReplicateEngine implements Engine {
     }
   }
 
-  /** The prediction is canceled, and the files it read are deleted. */
+  /**
+   * The prediction is canceled, and the files it read are deleted, at once: the job has ended, and its cancel or delete
+   * waits for this, at most CLEANUP_TIMEOUT_MS when Replicate does not answer.
+   */
   async abandon(recorded: string): Promise<void> {
     const state = parseRunState(recorded);
-    await this.cancel(state.prediction);
-    await this.deleteFiles(state.files);
+    await Promise.all([this.cancel(state.prediction), this.deleteFiles(state.files)]);
   }
 
   /**
