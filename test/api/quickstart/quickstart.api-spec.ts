@@ -1,7 +1,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { realpathSync } from 'node:fs';
-import { cp, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -54,6 +54,8 @@ async function freshCopy(): Promise<string> {
 
 interface Started {
   baseUrl: string;
+  /** What the command was started with, besides PATH and HOME. */
+  env: Record<string, string>;
   output: () => string;
   stop(): Promise<void>;
 }
@@ -74,6 +76,7 @@ async function start(folder: string, command: string, env: Record<string, string
   const exited = once(child, 'exit');
   const started: Started = {
     baseUrl: `http://127.0.0.1:${port}`,
+    env,
     output: () => output,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGTERM');
@@ -90,6 +93,25 @@ async function start(folder: string, command: string, env: Record<string, string
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   return started;
+}
+
+/** Runs a shell command in `folder` as a newcomer would, beside the started service; resolves its exit and output. */
+async function runIn(
+  folder: string,
+  command: string,
+  env: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn('sh', ['-c', command], {
+    cwd: folder,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, stdout, stderr };
 }
 
 interface Tally {
@@ -191,6 +213,12 @@ describe("the README's quick start, on a fresh copy of the repository", () => {
         expect(key).toBeDefined();
 
         expectHeldUp(await useAsAFrontendWould(service.baseUrl, key!));
+        // The operators' command beside it, as the docs give it for a checkout, on the same embedded database. npm runs
+        // the package's bin as a file, and makes it executable itself only in some states of its install ("igs:
+        // Permission denied" on a fresh clone): the build does.
+        expect((await stat(join(folder, 'dist/cli.js'))).mode & 0o111).toBe(0o111);
+        const igs = await runIn(folder, 'npx igs users list', service.env);
+        expect(igs).toMatchObject({ code: 0, stdout: expect.stringMatching(/^demo\t/m) });
       } finally {
         await service.stop();
       }
