@@ -278,20 +278,6 @@ describe('JobLifecycle', () => {
       expect(outcomes).toEqual(['canceled']);
     });
 
-    it('announces the end while a model server that does not answer still holds the stop of the run', async () => {
-      const { sut, announced, answer } = world({ serverSilent: true });
-      await sut.accept(newItem(), 10);
-      announced.length = 0;
-
-      const canceling = sut.cancel(USER, ID);
-      await settled();
-      await settled();
-
-      expect(announced).toEqual([{ kind: 'failed', historyItemId: ID, userId: USER, status: 'error' }]);
-      answer();
-      expect(await canceling).toBe('canceled');
-    });
-
     it('leaves a job a worker holds, and its run, to that worker, which stops them itself', async () => {
       const { sut, steps } = world({ workerHoldsJob: true });
       await sut.accept(newItem(), 10);
@@ -316,6 +302,25 @@ describe('JobLifecycle', () => {
       expect(await sut.cancel(USER, ID)).toBe('complete');
 
       expect(steps).toEqual([]);
+    });
+  });
+
+  describe('with a model server that does not answer the stop of a run left going', () => {
+    it.each([
+      ['a cancel announces the end', (sut: JobLifecycle) => sut.cancel(USER, ID), 'failed', 'error', 'canceled'],
+      ['a delete announces the deletion', (sut: JobLifecycle) => sut.delete(USER, ID), 'deleted', 'pending', true],
+    ] as const)('%s meanwhile', async (_what, end, kind, status, answered) => {
+      const { sut, announced, answer } = world({ serverSilent: true });
+      await sut.accept(newItem(), 10);
+      announced.length = 0;
+
+      const ending = end(sut);
+      await settled();
+      await settled();
+
+      expect(announced).toEqual([{ kind, historyItemId: ID, userId: USER, status }]);
+      answer();
+      expect(await ending).toBe(answered);
     });
   });
 
@@ -393,20 +398,6 @@ describe('JobLifecycle', () => {
         ...abandoned,
       ]);
       expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status });
-    });
-
-    it('announces the deletion while a model server that does not answer still holds the stop of the run', async () => {
-      const { sut, announced, answer } = world({ serverSilent: true });
-      await sut.accept(newItem(), 10);
-      announced.length = 0;
-
-      const deleting = sut.delete(USER, ID);
-      await settled();
-      await settled();
-
-      expect(announced).toEqual([{ kind: 'deleted', historyItemId: ID, userId: USER, status: 'pending' }]);
-      answer();
-      expect(await deleting).toBe(true);
     });
 
     it("answers false for another user's item and leaves it alone", async () => {

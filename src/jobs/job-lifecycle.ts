@@ -105,7 +105,7 @@ export class JobLifecycle {
     if (typeof item !== 'object') return item;
     const dropped = await this.queue.drop(id);
     await this.ended(item, 'canceled');
-    await this.abandonRun(item, { dropped, wasPending: true });
+    await this.stopLeftRun(item, dropped);
     return 'canceled';
   }
 
@@ -119,7 +119,7 @@ export class JobLifecycle {
     const dropped = await this.queue.drop(id);
     if (!item) return false;
     await this.ended(item, 'timeout');
-    await this.abandonRun(item, { dropped, wasPending: true });
+    await this.stopLeftRun(item, dropped);
     return true;
   }
 
@@ -134,7 +134,8 @@ export class JobLifecycle {
     const [dropped] = await Promise.all([this.queue.drop(id), this.webhooks.drop(id), this.progress.forget(id)]);
     await this.removeFiles(item, { keepOutputs: false });
     this.events.announce({ kind: 'deleted', historyItemId: id, userId, status: item.status });
-    await this.abandonRun(item, { dropped, wasPending: item.status === 'pending' });
+    // A final item's job is over: no run of it is left going.
+    if (item.status === 'pending') await this.stopLeftRun(item, dropped);
     return true;
   }
 
@@ -173,16 +174,13 @@ export class JobLifecycle {
   }
 
   /**
-   * Stops the model run an earlier attempt of a pending item's job left going (a rollout, a retry's backoff), once the
-   * job is out of the queue: nobody will follow it now. A job a worker holds (not dropped) is left to that worker,
-   * which stops its own run. Called after the end is announced: a model server that does not answer holds the stop
-   * for its engine's cleanup timeout (seconds), and streams and webhooks are not to wait for it.
+   * Stops the model run an earlier attempt of a pending job left going (a rollout, a retry's backoff), once the job is
+   * out of the queue (`dropped`): nobody will follow it now. A job a worker holds is left to that worker, which stops
+   * its own run. Called after the end is announced: a model server that does not answer holds the stop for its
+   * engine's cleanup timeout (seconds), and streams and webhooks are not to wait for it.
    */
-  private async abandonRun(
-    item: EndedRow,
-    { dropped, wasPending }: { dropped: boolean; wasPending: boolean },
-  ): Promise<void> {
-    if (dropped && wasPending) await this.runs.abandon(item);
+  private async stopLeftRun(item: EndedRow, dropped: boolean): Promise<void> {
+    if (dropped) await this.runs.abandon(item);
   }
 
   private async ended(item: EndedRow, outcome: 'complete' | JobErrorCode): Promise<void> {

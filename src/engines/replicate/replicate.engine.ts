@@ -189,11 +189,7 @@ export class ReplicateEngine implements Engine {
     const target = this.route.version ? { version: this.route.version } : { model: this.route.model! };
     const { signal } = request;
     signal?.throwIfAborted();
-    const creating = this.client.predictions
-      .create({ ...target, input, wait: PREFER_WAIT_SECONDS })
-      .catch((error: unknown) => {
-        throw !this.route.version && apiResponse(error)?.status === 404 ? notOfficial(this.route.model!) : error;
-      });
+    const creating = this.client.predictions.create({ ...target, input, wait: PREFER_WAIT_SECONDS });
     if (!signal) return creating;
     const settled = new AbortController();
     const aborted = new Promise<never>((_, reject) => {
@@ -315,12 +311,12 @@ export class ReplicateEngine implements Engine {
 }
 
 /**
- * Replicate's 404 to a prediction by model name: only its official models run by name. Most models, Real-ESRGAN among
+ * A model by name that Replicate does not run so: only its official models run by name. Most models, Real-ESRGAN among
  * them, run by version; the operator has to route them so.
  */
 function notOfficial(model: string): PermanentEngineError {
   const fix = `Replicate runs "${model}" only by its version, if at all: give the route \`version:\` (the model's API page shows it), not \`model:\``;
-  return engineFailed(`Replicate has no official model ${model} (404). ${fix}`, `${fix}.`);
+  return engineFailed(`Replicate has no official model ${model}. ${fix}`, `${fix}.`);
 }
 
 /** The response of the client's `ApiError` (a status other than 2xx), told by its shape: the class is not exported. */
