@@ -99,6 +99,24 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
 
   async run(delivery: Delivery): Promise<void> {
     const id = delivery.historyItemId;
+    // Canceled, deleted or timed out meanwhile (by an API request or the reconciler, in any process): the engine
+    // stops early, since its result would be thrown away, and tells its model server to stop. Watched before the item
+    // is read, so an end committed just after the read is not missed.
+    const endedElsewhere = new AbortController();
+    const unwatch = await this.events.watch({ historyItemId: id }, (event) => {
+      if (event.kind === 'completed' || event.kind === 'failed' || event.kind === 'deleted') {
+        endedElsewhere.abort(new Error(`item ${event.kind}`));
+      }
+    });
+    try {
+      await this.runWatched(delivery, endedElsewhere.signal);
+    } finally {
+      unwatch();
+    }
+  }
+
+  private async runWatched(delivery: Delivery, endedElsewhere: AbortSignal): Promise<void> {
+    const id = delivery.historyItemId;
     const item = await this.items.findJob(id);
     if (!item) {
       // Deleting an item drops its queued job, so this is a deletion racing the job's start, or jobs of another
@@ -113,15 +131,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     if (delivery.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - delivery.queuedAt) / 1000);
     const route = this.engines.route(item.tool, item.generationType);
     const endAttempt = this.metrics.startAttempt(item.tool);
-    // Canceled, deleted or timed out meanwhile (by an API request or the reconciler, in any process): the engine
-    // stops early, since its result would be thrown away, and tells its model server to stop.
-    const endedElsewhere = new AbortController();
-    const unwatch = await this.events.watch({ historyItemId: id }, (event) => {
-      if (event.kind === 'completed' || event.kind === 'failed' || event.kind === 'deleted') {
-        endedElsewhere.abort(new Error(`item ${event.kind}`));
-      }
-    });
-    const stopped = AbortSignal.any([this.shutdown.signal, endedElsewhere.signal]);
+    const stopped = AbortSignal.any([this.shutdown.signal, endedElsewhere]);
     const progress = this.progress.start({ id, userId: item.userId });
     // A job waiting for its engine's slot stays pending; the engine's timeout does not run while it waits.
     const turn = this.slots.turn(route, id, stopped);
@@ -178,7 +188,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       else this.logger.log({ id, tool: item.tool, ms }, 'result dropped: the item was deleted or ended meanwhile');
     } catch (error) {
       handedOver = error instanceof RunHandedOver;
-      if (endedElsewhere.signal.aborted) {
+      if (endedElsewhere.aborted) {
         endAttempt('dropped');
         this.logger.log({ id, tool: item.tool }, 'job stopped: the item was canceled, deleted or ended meanwhile');
         return;
@@ -187,7 +197,6 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       await this.fail(delivery, error, turn.deadline.aborted);
     } finally {
       progress.end();
-      unwatch();
       if (handedOver) turn.handOver();
       else await turn.end();
     }
