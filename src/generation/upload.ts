@@ -3,11 +3,12 @@ import { Injectable } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import multer, { MulterError } from 'multer';
 import sharp, { type Metadata } from 'sharp';
-import { type CatalogTool, findTool } from '../catalog/catalog.js';
+import type { CatalogTool } from '../catalog/catalog.js';
 import { type ImageFormat, imageFormatOf } from '../common/image-format.js';
 import { webhookUrlProblem } from '../common/network-policy.js';
-import { DomainError, type FieldError } from '../common/problem.js';
+import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
+import { checkToolForm, unexpectedField } from './job-form.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
 export interface UploadedImage {
@@ -32,8 +33,6 @@ export interface ValidUpload {
 }
 
 const FIELD_NAME_MAX_BYTES = 100;
-/** The form's own fields, beside the tool's inputs: always text. */
-const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url'];
 const WEBHOOK_URL_MAX_CHARS = 2048;
 const WEBHOOK_URL_TOO_LONG = `must be at most ${WEBHOOK_URL_MAX_CHARS} characters`;
 /** `prompt` is at most 1000 characters, i.e. at most 4000 bytes of UTF-8. */
@@ -105,93 +104,25 @@ export class UploadParser {
   }
 
   private async validate(body: Record<string, unknown>, files: Express.Multer.File[]): Promise<ValidUpload> {
-    const textFields = new Map<string, string>();
-    for (const [name, value] of Object.entries(body ?? {})) {
-      if (Array.isArray(value)) throw unexpected(name, 'sent more than once');
-      textFields.set(name, String(value));
-    }
-    const fileFields = new Map<string, Express.Multer.File>();
-    for (const file of files) {
-      if (fileFields.has(file.fieldname) || textFields.has(file.fieldname)) {
-        throw unexpected(file.fieldname, 'sent more than once');
-      }
-      fileFields.set(file.fieldname, file);
-    }
-    // A file sent for one of these would be dropped, never stored nor removed with the job.
-    const fileForText = FORM_FIELDS.find((field) => fileFields.has(field));
-    if (fileForText) {
-      throw new DomainError('validation_failed', `The form field "${fileForText}" must be text, not a file.`, {
-        errors: [{ field: fileForText, message: 'must be text, not a file' }],
-      });
-    }
+    const form = checkToolForm({
+      // multer gathers a text field sent more than once into an array: each value is a part of its own.
+      texts: Object.entries(body ?? {}).flatMap(([name, value]) =>
+        (Array.isArray(value) ? value : [value]).map((text) => [name, String(text)] as const),
+      ),
+      files: files.map((file) => file.fieldname),
+    });
+    const { tool, generationType, texts, webhookUrl: webhook } = form;
 
-    const toolId = textFields.get('tool');
-    if (toolId === undefined || toolId === '') {
-      throw new DomainError('validation_failed', 'The form field "tool" is required.', {
-        errors: [{ field: 'tool', message: 'required: a tool from GET /generation/tools' }],
-      });
-    }
-    const tool = findTool(toolId);
-    if (!tool)
-      throw new DomainError('unknown_tool', `There is no tool "${truncate(toolId)}"; see GET /generation/tools.`);
-
-    const accepted = new Set([...FORM_FIELDS, ...tool.inputs.map((input) => input.name)]);
-    for (const name of [...textFields.keys(), ...fileFields.keys()]) {
-      if (!accepted.has(name)) throw unexpected(name, `is not a field of the tool "${tool.id}"`);
-    }
-
-    if (textFields.get('generation_type') === '') {
-      throw new DomainError(
-        'validation_failed',
-        'The form field "generation_type" is empty; leave it out for the default.',
-        {
-          errors: [{ field: 'generation_type', message: 'must not be empty' }],
-        },
-      );
-    }
-    const generationType = textFields.get('generation_type') ?? tool.generationTypes[0].id;
-    if (!tool.generationTypes.some((type) => type.id === generationType)) {
-      throw new DomainError(
-        'invalid_generation_type',
-        `"${truncate(generationType)}" is not a generation type of "${tool.id}"; ` +
-          `use one of: ${tool.generationTypes.map((type) => type.id).join(', ')}.`,
-      );
-    }
-
-    const errors: FieldError[] = [];
-    const texts: Record<string, string> = {};
-    const imageFiles: [string, Express.Multer.File][] = [];
-    for (const input of tool.inputs) {
-      const file = fileFields.get(input.name);
-      const text = textFields.get(input.name);
-      if (input.kind === 'image') {
-        if (file) imageFiles.push([input.name, file]);
-        else if (text !== undefined) errors.push({ field: input.name, message: 'must be an image file, not text' });
-        else if (input.required) errors.push({ field: input.name, message: 'required image is missing' });
-      } else if (file) {
-        errors.push({ field: input.name, message: 'must be text, not a file' });
-      } else if (text !== undefined) {
-        if (input.maxLength !== undefined && [...text].length > input.maxLength) {
-          errors.push({ field: input.name, message: `at most ${input.maxLength} characters` });
-        } else {
-          texts[input.name] = text;
-        }
-      } else if (input.required) {
-        errors.push({ field: input.name, message: 'required text is missing' });
-      }
-    }
-    if (errors.length > 0) {
-      throw new DomainError('validation_failed', 'The form fields do not match the tool.', { errors });
-    }
-
-    const webhook = textFields.get('webhook_url');
     const problem = webhook === undefined ? undefined : this.webhookUrlProblem(webhook);
     if (problem) throw invalidWebhookUrl(problem);
     // Kept as the URL standard writes it: an international host name in its ASCII form, as a URI must be.
     const webhookUrl = webhook === undefined ? null : new URL(webhook).href;
 
     const images: Record<string, UploadedImage> = {};
-    for (const [name, file] of imageFiles) images[name] = await this.inspectImage(name, file as ProbedFile);
+    for (const name of form.images) {
+      const file = files.find((candidate) => candidate.fieldname === name) as ProbedFile;
+      images[name] = await this.inspectImage(name, file);
+    }
     return { tool, generationType, images, texts, webhookUrl };
   }
 
@@ -295,7 +226,7 @@ function multipartError(error: unknown, config: AppConfig): DomainError {
   if (error instanceof MulterError) {
     // A bracketed field name (see `fieldNestingDepth`); @types/multer does not know this multer 2.5 code yet.
     if ((error.code as string) === 'LIMIT_FIELD_NESTING') {
-      return unexpected(error.field ?? 'field', 'is not a field of any tool');
+      return unexpectedField(error.field ?? 'field', 'is not a field of any tool');
     }
     switch (error.code) {
       case 'LIMIT_FILE_SIZE':
@@ -324,17 +255,6 @@ function invalidWebhookUrl(problem: string): DomainError {
   return new DomainError('invalid_webhook_url', `Invalid webhook_url: it ${problem}.`, {
     errors: [{ field: 'webhook_url', message: problem }],
   });
-}
-
-function unexpected(field: string, why: string): DomainError {
-  const name = truncate(field);
-  return new DomainError('unexpected_field', `The field "${name}" ${why}.`, {
-    errors: [{ field: name, message: why }],
-  });
-}
-
-function truncate(value: string): string {
-  return value.length > 64 ? `${value.slice(0, 64)}…` : value;
 }
 
 async function discard(files: Express.Multer.File[]): Promise<void> {
