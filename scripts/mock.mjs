@@ -18,7 +18,11 @@
  * - A request the contract refuses answers 400 `validation_failed` whose `errors[]` name what Prism found broken
  *   (Prism answers the first 400 or 422 example, which names some other field).
  * - Every answer carries an `X-Request-Id` (the client's own when it sends a sane one).
- * - A `Prefer: wait` outside 1..60 answers 400, a tool missing from the contract's tools list 422 `unknown_tool`.
+ * - A `Prefer: wait` outside 1..60 answers 400.
+ * - A job form whose fields do not fit its tool answers as the service does, by the service's own check of them: a
+ *   tool not in the catalog 422 `unknown_tool`, a field the tool does not take or one sent twice 400
+ *   `unexpected_field`, a required input missing 400 `validation_failed`, a generation type of another tool 422
+ *   `invalid_generation_type`.
  * - A `webhook_url` the contract refuses answers 422 `invalid_webhook_url`, as the service does.
  *
  * What the mock does not check is listed in docs/api-guide.md ("Building a frontend").
@@ -38,6 +42,7 @@ import { parse } from 'yaml';
 import { assignRequestId } from '../dist/common/logging.js';
 import { preferredWait } from '../dist/common/prefer.js';
 import { DomainError } from '../dist/common/problem.js';
+import { checkToolForm } from '../dist/generation/job-form.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const host = process.env.MOCK_HOST ?? '127.0.0.1';
@@ -65,10 +70,6 @@ const RESULTS = [
 const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
 const OPERATIONS = operationsOf(contract);
 const JOB_CREATION = OPERATIONS.find((operation) => operation.id === 'createGenerationJob');
-/** The tools the mock serves on GET /generation/tools: any other is unknown to it. */
-const TOOLS = new Set(
-  contract.paths['/generation/tools'].get.responses['200'].content['application/json'].example.map((tool) => tool.tool),
-);
 
 const prismPort = await freePort();
 const prism = spawn(
@@ -149,18 +150,22 @@ async function mockOperation(request, response) {
     response.end(JSON.stringify(error.toProblem()));
   };
 
-  if (answer.status === 400 || answer.status === 422) {
-    const refused = refusalOf(answer);
+  const contractRefusal = answer.status === 400 || answer.status === 422 ? refusalOf(answer) : undefined;
+  const accepted = answer.status >= 200 && answer.status < 300;
+  if (creation && (accepted || contractRefusal)) {
+    // In the service's order: the headers (Prefer, Idempotency-Key) are read before the upload, and the form's fields
+    // are matched to the tool before the rules the contract also holds for them (a webhook URL's form) are checked.
+    const beforeUpload =
+      waitRefused ??
+      (violationsOf(answer).some(({ location }) => location[1] !== 'body') ? contractRefusal : undefined);
+    const refused = beforeUpload ?? (await toolFormRefusal(request.headers['content-type'], body)) ?? contractRefusal;
     if (refused) return problem(refused);
+  } else if (contractRefusal) {
+    return problem(contractRefusal);
+  } else if (accepted && waitRefused) {
+    return problem(waitRefused);
   }
-  if (answer.status >= 200 && answer.status < 300) {
-    if (waitRefused) return problem(waitRefused);
-    const tool = creation ? await formField(request.headers['content-type'], body, 'tool') : undefined;
-    if (tool !== undefined && !TOOLS.has(tool)) {
-      return problem(new DomainError('unknown_tool', `There is no tool "${tool}"; see GET /generation/tools.`));
-    }
-    if (typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
-  }
+  if (accepted && typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
   response.writeHead(answer.status, answerHeaders);
   response.end(answer.body);
 }
@@ -171,9 +176,7 @@ async function mockOperation(request, response) {
  * that documents no validation error, stays as it is).
  */
 function refusalOf(answer) {
-  const violations = JSON.parse(answer.headers['sl-violations'] ?? '[]').filter(
-    (violation) => violation.severity === 'Error',
-  );
+  const violations = violationsOf(answer);
   const contentType = String(answer.headers['content-type'] ?? '');
   const documented = contentType.startsWith('application/problem+json') && answer.body.includes('"urn:igs:problem:');
   if (violations.length === 0) {
@@ -195,6 +198,11 @@ function refusalOf(answer) {
     return new DomainError('invalid_webhook_url', `Invalid webhook_url: it ${webhook.message}.`, { errors });
   }
   return new DomainError('validation_failed', `Invalid ${errors[0].field}: ${errors[0].message}.`, { errors });
+}
+
+/** What Prism found broken in the request: `{location, message}`, e.g. `["request", "body", "prompt"]`. */
+function violationsOf(answer) {
+  return JSON.parse(answer.headers['sl-violations'] ?? '[]').filter((violation) => violation.severity === 'Error');
 }
 
 /**
@@ -254,22 +262,37 @@ function askPrism(method, path, headers, body) {
   });
 }
 
-/** A text field of a multipart body; undefined when there is none or the body cannot be read. */
-function formField(contentType, body, name) {
-  return new Promise((resolve) => {
-    let found;
+/**
+ * The service's refusal of the multipart body's fields for its tool (a required image missing, a field the tool does
+ * not take, a field sent twice, an unknown tool...); undefined when they fit, or when the body cannot be read as a
+ * form (Prism's refusal names that).
+ */
+function toolFormRefusal(contentType, body) {
+  return new Promise((resolve, reject) => {
+    const texts = [];
+    const files = [];
     let parser;
     try {
-      parser = busboy({ headers: { 'content-type': contentType } });
+      // As the service's parser: a field's name is read as the UTF-8 browsers and curl send.
+      parser = busboy({ headers: { 'content-type': contentType }, defParamCharset: 'utf8' });
     } catch {
       resolve(undefined);
       return;
     }
-    parser.on('field', (field, value) => {
-      if (field === name && found === undefined) found = value;
+    parser.on('field', (name, value) => texts.push([name, value]));
+    parser.on('file', (name, file) => {
+      files.push(name);
+      file.resume();
     });
-    parser.on('file', (_field, file) => file.resume());
-    parser.once('close', () => resolve(found));
+    parser.once('close', () => {
+      try {
+        checkToolForm({ texts, files });
+        resolve(undefined);
+      } catch (error) {
+        if (error instanceof DomainError) resolve(error);
+        else reject(error);
+      }
+    });
     parser.once('error', () => resolve(undefined));
     parser.end(body);
   });

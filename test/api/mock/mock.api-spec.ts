@@ -1,5 +1,6 @@
 import sharp from 'sharp';
 import contractSchema from '../../support/contract-schema.cjs';
+import { CREATE_PATH, type FormValue, postJob } from '../../support/client.js';
 import { type RunningMock, startMock } from '../../support/mock.js';
 const STARTUP_TIMEOUT_MS = 60_000;
 
@@ -10,10 +11,53 @@ type Contract = {
   >;
 };
 
+type JobCreationContract = {
+  paths: Record<
+    string,
+    {
+      post: {
+        requestBody: {
+          content: Record<
+            string,
+            {
+              schema: { properties: Record<string, { format?: string }> };
+              examples: Record<string, { value: Record<string, string> }>;
+            }
+          >;
+        };
+      };
+    }
+  >;
+};
+
 /** The example the contract documents for an operation's 200 JSON answer. */
 function documentedExample(path: string): unknown {
   const contract = contractSchema.loadContract() as Contract;
   return contract.paths[path].get.responses['200'].content!['application/json'].example;
+}
+
+type JobForm = Record<string, FormValue> | [string, FormValue][];
+
+/** An image as a form attaches it: the mock never looks inside. */
+const PICTURE: FormValue = { data: Buffer.from('jpeg bytes'), filename: 'photo.jpg', contentType: 'image/jpeg' };
+/** The virtual try-on with both of its images: a form the service accepts. */
+const TRY_ON = { tool: 'fashion_swap', clothes: PICTURE, person: PICTURE };
+
+/** The contract's example job form of each tool, its images as files: forms the service accepts. */
+function documentedForms(): Record<string, Record<string, FormValue>> {
+  const contract = contractSchema.loadContract() as unknown as JobCreationContract;
+  const { schema, examples } = contract.paths[CREATE_PATH].post.requestBody.content['multipart/form-data'];
+  return Object.fromEntries(
+    Object.values(examples).map(({ value }) => [
+      value.tool,
+      Object.fromEntries(
+        Object.entries(value).map(([name, text]) => [
+          name,
+          schema.properties[name].format === 'binary' ? PICTURE : text,
+        ]),
+      ),
+    ]),
+  );
 }
 
 /** Prism's list of what the request broke, from its `sl-violations` header. */
@@ -40,23 +84,9 @@ describe('the mock server (npm run mock)', () => {
     return fetch(`${baseUrl}${path}`, { headers });
   }
 
-  /** A job creation as a frontend sends it: multipart, a tool and its images (the mock does not read them). */
-  function createJob(
-    fields: Record<string, string> = { tool: 'fashion_swap' },
-    headers: Record<string, string> = {},
-    path = '/generation/generate_image_v2/',
-  ) {
-    const form = new FormData();
-    for (const [name, value] of Object.entries(fields)) form.append(name, value);
-    if (fields.tool === 'fashion_swap') {
-      form.append('clothes', new Blob([Buffer.from('jpeg bytes')], { type: 'image/jpeg' }), 'clothes.jpg');
-      form.append('person', new Blob([Buffer.from('jpeg bytes')], { type: 'image/jpeg' }), 'person.jpg');
-    }
-    return fetch(`${baseUrl}${path}`, {
-      method: 'POST',
-      headers: { authorization: 'Bearer anything', ...headers },
-      body: form,
-    });
+  /** A job creation as a frontend sends it: multipart, a tool and its images (the mock reads only their names). */
+  function createJob(fields: JobForm = TRY_ON, headers: Record<string, string> = {}, path = CREATE_PATH) {
+    return postJob(baseUrl, 'anything', fields, headers, path);
   }
 
   function sendFeedback(body: string) {
@@ -150,7 +180,7 @@ describe('the mock server (npm run mock)', () => {
     });
 
     it('answers a job with Prefer: wait=N as 200 with its final status and Preference-Applied: wait=N', async () => {
-      const response = await createJob({ tool: 'fashion_swap' }, { prefer: 'wait=5' });
+      const response = await createJob(TRY_ON, { prefer: 'wait=5' });
 
       expect(response.status).toBe(200);
       expect(response.headers.get('preference-applied')).toBe('wait=5');
@@ -158,7 +188,7 @@ describe('the mock server (npm run mock)', () => {
     });
 
     it('serves job creation without the trailing slash too, as the contract promises', async () => {
-      const response = await createJob({ tool: 'fashion_swap' }, {}, '/generation/generate_image_v2');
+      const response = await createJob(TRY_ON, {}, '/generation/generate_image_v2');
 
       expect(response.status).toBe(202);
       expect(await response.json()).toMatchObject({ status: 'pending' });
@@ -179,7 +209,7 @@ describe('the mock server (npm run mock)', () => {
     it.each(['wait=0', 'wait=61', 'wait=soon'])(
       'refuses Prefer: %s as 400 naming the Prefer header',
       async (prefer) => {
-        const response = await createJob({ tool: 'fashion_swap' }, { prefer });
+        const response = await createJob(TRY_ON, { prefer });
 
         expect(response.status).toBe(400);
         expect(await response.json()).toMatchObject({
@@ -198,6 +228,85 @@ describe('the mock server (npm run mock)', () => {
       expect(body.code).toBe('unknown_tool');
       expect(body.detail).toContain('hat_swap');
     });
+  });
+
+  // The service matches a job form's fields to its tool before it looks at a single image; the mock runs the same
+  // check, so a frontend meets these refusals before it meets the service.
+  describe('refuses a form whose fields do not fit its tool, as the service does', () => {
+    it.each<{ name: string; fields: JobForm; status: number; code: string; field?: string }>([
+      {
+        name: 'fashion_swap without its person image',
+        fields: { tool: 'fashion_swap', clothes: PICTURE },
+        status: 400,
+        code: 'validation_failed',
+        field: 'person',
+      },
+      {
+        name: 'fashion_card with a person image, which it does not take',
+        fields: { tool: 'fashion_card', clothes: PICTURE, person: PICTURE },
+        status: 400,
+        code: 'unexpected_field',
+        field: 'person',
+      },
+      {
+        name: 'a field no tool has',
+        fields: { tool: 'default', image: PICTURE, colour: 'red' },
+        status: 400,
+        code: 'unexpected_field',
+        field: 'colour',
+      },
+      {
+        name: 'an image sent twice',
+        fields: [
+          ['tool', 'default'],
+          ['image', PICTURE],
+          ['image', PICTURE],
+        ],
+        status: 400,
+        code: 'unexpected_field',
+        field: 'image',
+      },
+      {
+        name: 'an image sent as text',
+        fields: { tool: 'default', image: 'a photo' },
+        status: 400,
+        code: 'validation_failed',
+        field: 'image',
+      },
+      {
+        name: 'the prompt sent as a file',
+        fields: { tool: 'default', image: PICTURE, prompt: PICTURE },
+        status: 400,
+        code: 'validation_failed',
+        field: 'prompt',
+      },
+      {
+        name: 'a generation type of another tool',
+        fields: { ...TRY_ON, generation_type: 'enhance' },
+        status: 422,
+        code: 'invalid_generation_type',
+      },
+    ])('$name: $status $code', async ({ fields, status, code, field }) => {
+      const response = await createJob(fields);
+
+      expect(response.status).toBe(status);
+      expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      const body = (await response.json()) as { code: string; errors?: Array<{ field: string }> };
+      expect(body).toMatchObject({ status, code });
+      expect(body.errors?.map((error) => error.field)).toEqual(field ? [field] : undefined);
+    });
+
+    it.each(Object.entries(documentedForms()))(
+      "accepts the contract's %s form: 202, and 200 under Prefer: wait",
+      async (_tool, form) => {
+        const queued = await createJob(form);
+        const waited = await createJob(form, { prefer: 'wait=5' });
+
+        expect([queued.status, waited.status]).toEqual([202, 200]);
+        expect(await queued.json()).toMatchObject({ status: 'pending' });
+        expect(await waited.json()).toMatchObject({ status: 'complete' });
+      },
+    );
   });
 
   // A form highlights the field a 400 names in `errors[].field`: the mock must name the one the request broke.
@@ -229,7 +338,7 @@ describe('the mock server (npm run mock)', () => {
   });
 
   it('refuses a webhook_url that is not a URL as 422 invalid_webhook_url, as the service does', async () => {
-    const response = await createJob({ tool: 'default', webhook_url: 'not a url' });
+    const response = await createJob({ tool: 'default', image: PICTURE, webhook_url: 'not a url' });
 
     expect(response.status).toBe(422);
     expect(await response.json()).toMatchObject({
