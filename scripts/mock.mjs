@@ -18,7 +18,8 @@
  * - A request the contract refuses answers 400 `validation_failed` whose `errors[]` name what Prism found broken
  *   (Prism answers the first 400 or 422 example, which names some other field).
  * - Every answer carries an `X-Request-Id` (the client's own when it sends a sane one).
- * - A `Prefer: wait` outside 1..60 answers 400.
+ * - A `Prefer: wait` outside 1..60, or an `Idempotency-Key` not of 1 to 255 characters, answers 400; a job body that is
+ *   not a multipart form 400 `malformed_multipart`, as the service answers them.
  * - A job form whose fields do not fit its tool answers as the service does, by the service's own check of them: a
  *   tool not in the catalog 422 `unknown_tool`, a field the tool does not take or one sent twice 400
  *   `unexpected_field`, a required input missing 400 `validation_failed`, a generation type of another tool 422
@@ -42,7 +43,8 @@ import { parse } from 'yaml';
 import { assignRequestId } from '../dist/common/logging.js';
 import { preferredWait } from '../dist/common/prefer.js';
 import { DomainError } from '../dist/common/problem.js';
-import { checkToolForm } from '../dist/generation/job-form.js';
+import { IdempotencyKeys } from '../dist/generation/idempotency.js';
+import { checkFormContentType, checkToolForm } from '../dist/generation/job-form.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const host = process.env.MOCK_HOST ?? '127.0.0.1';
@@ -123,15 +125,16 @@ async function mockOperation(request, response) {
   // The contract serves job creation at both paths; Prism knows only the one the contract lists.
   const path = rawPath === JOB_CREATION.path.replace(/\/$/, '') ? JOB_CREATION.path : rawPath;
   const operation = OPERATIONS.find((candidate) => candidate.method === request.method && candidate.pattern.test(path));
+  const creation = operation === JOB_CREATION;
   let wait;
-  let waitRefused;
+  let headerRefused;
   try {
     wait = operation?.takesPreferWait ? preferredWait(request.headers.prefer) : undefined;
+    if (creation) IdempotencyKeys.validate(request.headersDistinct['idempotency-key']);
   } catch (error) {
-    waitRefused = error;
+    headerRefused = error;
   }
   const headers = { ...request.headers };
-  const creation = operation === JOB_CREATION;
   if (creation && !/(^|[,;\s])code\s*=/i.test(String(headers.prefer ?? ''))) {
     // Prism answers a `Prefer: code=` it is sent; the client's own choice of code goes through untouched.
     headers.prefer = [headers.prefer, `code=${typeof wait === 'number' ? 200 : 202}`].filter(Boolean).join(', ');
@@ -146,24 +149,27 @@ async function mockOperation(request, response) {
   delete answerHeaders['content-length'];
   delete answerHeaders['preference-applied'];
   const problem = (error) => {
-    response.writeHead(error.status, { ...answerHeaders, 'content-type': 'application/problem+json' });
+    response.writeHead(error.status, { ...answerHeaders, 'content-type': 'application/problem+json; charset=utf-8' });
     response.end(JSON.stringify(error.toProblem()));
   };
 
   const contractRefusal = answer.status === 400 || answer.status === 422 ? refusalOf(answer) : undefined;
   const accepted = answer.status >= 200 && answer.status < 300;
-  if (creation && (accepted || contractRefusal)) {
-    // In the service's order: the headers (Prefer, Idempotency-Key) are read before the upload, and the form's fields
-    // are matched to the tool before the rules the contract also holds for them (a webhook URL's form) are checked.
+  // Prism's own 415 is its refusal of a body that is not a form; the service answers that with a problem of its own.
+  if (creation && (accepted || contractRefusal || answer.status === 415)) {
+    // In the service's order: the headers (Prefer, Idempotency-Key) are read before the upload, the body's type before
+    // its fields, and the form's fields are matched to the tool before the rules the contract also holds for them (a
+    // webhook URL's form) are checked.
     const beforeUpload =
-      waitRefused ??
-      (violationsOf(answer).some(({ location }) => location[1] !== 'body') ? contractRefusal : undefined);
+      headerRefused ??
+      (violationsOf(answer).some(({ location }) => location[1] !== 'body') ? contractRefusal : undefined) ??
+      contentTypeRefusal(request.headers['content-type']);
     const refused = beforeUpload ?? (await toolFormRefusal(request.headers['content-type'], body)) ?? contractRefusal;
     if (refused) return problem(refused);
   } else if (contractRefusal) {
     return problem(contractRefusal);
-  } else if (accepted && waitRefused) {
-    return problem(waitRefused);
+  } else if (accepted && headerRefused) {
+    return problem(headerRefused);
   }
   if (accepted && typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
   response.writeHead(answer.status, answerHeaders);
@@ -260,6 +266,17 @@ function askPrism(method, path, headers, body) {
     upstream.once('error', reject);
     upstream.end(body);
   });
+}
+
+/** The service's refusal of a job body that is not a multipart form with its boundary; undefined for one that is. */
+function contentTypeRefusal(contentType) {
+  try {
+    checkFormContentType(contentType);
+    return undefined;
+  } catch (error) {
+    if (error instanceof DomainError) return error;
+    throw error;
+  }
 }
 
 /**

@@ -21,6 +21,19 @@ export interface ToolForm {
 const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url'];
 
 /**
+ * Refuses a job sent as anything but a multipart form with its boundary. An empty boundary (`boundary=`) would read as
+ * a form without parts, and be refused as one missing its tool.
+ */
+export function checkFormContentType(contentType: string | undefined): void {
+  if (
+    !/^\s*multipart\/form-data\s*;/i.test(contentType ?? '') ||
+    !/;\s*boundary=("?)[^";\s]/i.test(contentType ?? '')
+  ) {
+    throw new DomainError('malformed_multipart', 'Send the job as multipart/form-data, with its boundary.');
+  }
+}
+
+/**
  * The one decision of which fields a job form must and may have for its tool. Job creation runs it on the parsed
  * upload, and `npm run mock` (scripts/mock.mjs) on the form it is sent, so a frontend built on the mock is refused
  * as the service refuses it. It reads names and texts only: what a file holds is checked where it is stored.

@@ -8,7 +8,7 @@ import { type ImageFormat, imageFormatOf } from '../common/image-format.js';
 import { webhookUrlProblem } from '../common/network-policy.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
-import { checkToolForm, unexpectedField } from './job-form.js';
+import { checkFormContentType, checkToolForm, unexpectedField } from './job-form.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
 export interface UploadedImage {
@@ -68,13 +68,7 @@ export class UploadParser {
 
   /** Parses and validates; on any failure the temporary files are already gone. */
   async parse(request: Request, response: Response): Promise<ValidUpload> {
-    // An empty boundary (`boundary=`) would read as a form without parts, and be refused as one missing its tool.
-    if (
-      !request.is('multipart/form-data') ||
-      !/;\s*boundary=("?)[^";\s]/i.test(request.headers['content-type'] ?? '')
-    ) {
-      throw new DomainError('malformed_multipart', 'Send the job as multipart/form-data, with its boundary.');
-    }
+    checkFormContentType(request.headers['content-type']);
     await this.receive(request, response);
     const files = (request.files as Express.Multer.File[] | undefined) ?? [];
     try {

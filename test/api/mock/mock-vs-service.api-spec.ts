@@ -137,6 +137,15 @@ const BAD_FORMS: BadForm[] = [
     fields: () => ({ tool: 'default' }),
     headers: { prefer: 'wait=0' },
   },
+  {
+    // So is Idempotency-Key, named as the service names it.
+    name: 'a missing image under an Idempotency-Key of 256 characters',
+    status: 400,
+    code: 'validation_failed',
+    field: 'Idempotency-Key',
+    fields: () => ({ tool: 'default' }),
+    headers: { 'idempotency-key': 'k'.repeat(256) },
+  },
 ];
 
 /**
@@ -160,9 +169,7 @@ describe('the mock refuses a job form as the service does', () => {
 
   async function answerOf(response: Response) {
     const body = (await response.json()) as ProblemBody;
-    // The media type alone: the service adds `; charset=utf-8`, the mock does not.
-    const [mediaType] = (response.headers.get('content-type') ?? '').split(';');
-    return { status: response.status, mediaType, body };
+    return { status: response.status, contentType: response.headers.get('content-type'), body };
   }
 
   it.each(BAD_FORMS)('$name: $status $code from both', async ({ status, code, field, fields, headers }) => {
@@ -171,9 +178,24 @@ describe('the mock refuses a job form as the service does', () => {
     const fromService = await answerOf(await postJob(block.sut.baseUrl, apiKey, form, headers));
     const fromMock = await answerOf(await postJob(mock.baseUrl, 'anything', form, headers));
 
-    expect(fromService).toMatchObject({ status, mediaType: 'application/problem+json' });
+    expect(fromService).toMatchObject({ status, contentType: 'application/problem+json; charset=utf-8' });
     expect(fromService.body).toMatchObject({ status, code });
     expect(fromService.body.errors?.[0]?.field).toBe(field);
+    expect(fromMock).toEqual(fromService);
+  });
+
+  it('refuses a job sent as JSON in both: 400 malformed_multipart', async () => {
+    const send = (baseUrl: string, key: string) =>
+      fetch(`${baseUrl}/generation/generate_image_v2/`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ tool: 'default' }),
+      });
+
+    const fromService = await answerOf(await send(block.sut.baseUrl, apiKey));
+    const fromMock = await answerOf(await send(mock.baseUrl, 'anything'));
+
+    expect(fromService).toMatchObject({ status: 400, body: { code: 'malformed_multipart' } });
     expect(fromMock).toEqual(fromService);
   });
 
