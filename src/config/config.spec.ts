@@ -170,6 +170,17 @@ describe('AppConfig', () => {
     expect(error.message).not.toContain('r3d1s-pa55');
   });
 
+  it('refuses a REDIS_PREFIX ending in ":", which the service adds itself', () => {
+    const error = configErrorFrom({ REDIS_PREFIX: 'igs:' });
+
+    expect(error.problems).toEqual([expect.stringContaining('REDIS_PREFIX')]);
+    expect(error.message).toContain('"igs:"');
+  });
+
+  it('takes a REDIS_PREFIX with a colon inside, such as staging:igs', () => {
+    expect(configFrom({ REDIS_PREFIX: 'staging:igs' }).redisPrefix).toBe('staging:igs');
+  });
+
   it('accepts a DATABASE_URL with a password without failing', () => {
     const sut = configFrom({ DATABASE_URL: 'postgresql://app:s3cr3t@db.example/igs' });
 

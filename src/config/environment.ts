@@ -6,6 +6,7 @@ import {
   IsIn,
   IsInt,
   IsOptional,
+  Matches,
   Max,
   Min,
   ValidateBy,
@@ -219,7 +220,13 @@ export class EnvironmentVariables {
   @WholeNumber(1, 1000) DB_POOL_SIZE = 10;
   @WholeNumber(1, 64) DB_PIPELINE_CONNECTIONS = 2;
   @UrlOf('redis:', 'rediss:') REDIS_URL = 'redis://127.0.0.1:6379';
-  @Expose() REDIS_PREFIX = 'igs';
+  /** The service writes `<REDIS_PREFIX>:<key>`: a prefix ending in ':' would double the colon in every key. */
+  @Expose()
+  @Matches(/[^:]$/, {
+    message: (args) =>
+      `${args.property} must not end with ":" (the service adds it: igs gives igs:bull:...), ${got(args)}`,
+  })
+  REDIS_PREFIX = 'igs';
   @Expose() MEDIA_ROOT = './data/media';
   @Expose() INPUT_ROOT = './data/inputs';
   @OneOf(STORAGES) STORAGE: (typeof STORAGES)[number] = 'local';
