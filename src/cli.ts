@@ -59,7 +59,7 @@ async function main(args: string[]): Promise<number> {
   if (!config.databaseUrl) {
     process.stderr.write(`igs: DATABASE_URL is unset: using the embedded database in ${config.embeddedDbDir}\n`);
   } else {
-    // At once and in plain words: booting would retry for half a minute, silently here, then give the driver's error.
+    // At once and in plain words, where the service waits for it: a person at a terminal is waiting too.
     await assertDatabaseReachable(config.databaseUrl);
   }
   const root: DynamicModule = {

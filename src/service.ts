@@ -12,6 +12,7 @@ import { createRootLogger, JsonLogger, requestLogging } from './common/logging.j
 import { DOCS_ROUTE, PLAYGROUND_ROUTE, hardenHttp } from './common/security.js';
 import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
 import { Contract, servedServer } from './contract/contract.js';
+import { waitForDatabase } from './database/data-source.js';
 import { httpMetrics } from './metrics/http-metrics.js';
 import { Metrics } from './metrics/metrics.js';
 import { assertRedisReachable } from './redis/redis.js';
@@ -19,6 +20,7 @@ import { assertRedisReachable } from './redis/redis.js';
 async function bootstrap(config: AppConfig): Promise<void> {
   await assertRedisReachable(config.redisUrl);
   const logger = new JsonLogger(createRootLogger(config));
+  if (config.databaseUrl) await waitForDatabase(config.databaseUrl, logger);
   // Nest's default parsers would parse JSON and forms on every route; the one JSON body is feedback's (HistoryModule).
   const app = await NestFactory.create<NestExpressApplication>(
     AppModule.forRole(config),
@@ -65,6 +67,7 @@ async function bootstrap(config: AppConfig): Promise<void> {
 /** ROLE=migrate: applies pending migrations (under the advisory lock every role takes at boot) and exits. */
 async function migrate(config: AppConfig): Promise<void> {
   const logger = new JsonLogger(createRootLogger(config));
+  if (config.databaseUrl) await waitForDatabase(config.databaseUrl, logger);
   const app = await NestFactory.createApplicationContext(AppModule.forRole(config), { logger });
   logger.log('The database schema is up to date', 'Migrate');
   await app.close();

@@ -1,3 +1,5 @@
+import { setTimeout } from 'node:timers/promises';
+import type { LoggerService } from '@nestjs/common';
 import pg from 'pg';
 import { DataSource, type DataSourceOptions } from 'typeorm';
 import { Initial1795292142970 } from './migrations/1795292142970-Initial.js';
@@ -23,9 +25,32 @@ const MIGRATION_LOCK_ID = 7_294_310_551;
 export const CONNECT_TIMEOUT_MS = 2000;
 
 /**
+ * How long a process waits at boot for a PostgreSQL that does not answer yet: in Compose or Kubernetes it may start
+ * after the service.
+ */
+const BOOT_CONNECT_ATTEMPTS = 10;
+const BOOT_CONNECT_RETRY_DELAY_MS = 3000;
+
+/** PostgreSQL did not take a connection at `address` (host and port: never the password). */
+export class DatabaseUnreachableError extends Error {
+  constructor(
+    readonly address: string,
+    readonly reason: string,
+    options: ErrorOptions,
+  ) {
+    super(
+      `Cannot connect to PostgreSQL at ${address} (${reason}). Check DATABASE_URL and that the server is running and ` +
+        'takes connections from here.',
+      options,
+    );
+    this.name = 'DatabaseUnreachableError';
+  }
+}
+
+/**
  * Opens one connection to PostgreSQL and closes it, so that one that cannot be reached is named plainly (with the
- * host and port tried, never the password) within CONNECT_TIMEOUT_MS, rather than after the database module's
- * half a minute of retries and in the driver's words alone. For the command line; a service waits for its database.
+ * host and port tried, never the password) within CONNECT_TIMEOUT_MS, in the driver's words only as the reason.
+ * A command fails at once on it; a service waits (`waitForDatabase`).
  */
 export async function assertDatabaseReachable(url: string): Promise<void> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
@@ -34,13 +59,29 @@ export async function assertDatabaseReachable(url: string): Promise<void> {
     await client.connect();
   } catch (error) {
     const reason = error instanceof Error ? error.message : String(error);
-    throw new Error(
-      `Cannot connect to PostgreSQL at ${client.host}:${client.port} (${reason}). Check DATABASE_URL and that the server ` +
-        'is running and takes connections from here.',
-      { cause: error },
-    );
+    throw new DatabaseUnreachableError(`${client.host}:${client.port}`, reason, { cause: error });
   } finally {
     await client.end().catch(() => {});
+  }
+}
+
+/**
+ * Waits at boot until PostgreSQL takes a connection, logging each failed try; past BOOT_CONNECT_ATTEMPTS it rejects
+ * with the last try's `DatabaseUnreachableError`.
+ */
+export async function waitForDatabase(url: string, logger: LoggerService): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await assertDatabaseReachable(url);
+    } catch (error) {
+      if (!(error instanceof DatabaseUnreachableError) || attempt === BOOT_CONNECT_ATTEMPTS) throw error;
+      logger.warn(
+        `Waiting for PostgreSQL at ${error.address} (${error.reason}): try ${attempt} of ${BOOT_CONNECT_ATTEMPTS}, ` +
+          `the next in ${BOOT_CONNECT_RETRY_DELAY_MS / 1000} s`,
+        'Database',
+      );
+      await setTimeout(BOOT_CONNECT_RETRY_DELAY_MS);
+    }
   }
 }
 

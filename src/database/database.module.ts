@@ -70,6 +70,9 @@ const database = {
           location.embedded ? Math.min(config.dbPoolSize, EMBEDDED_POOL_SIZE) : config.dbPoolSize,
         ),
         autoLoadEntities: true,
+        // No retries of its own: a service waited for PostgreSQL before booting (waitForDatabase), a command checked
+        // it (assertDatabaseReachable), and a failed migration is not mended by running it again.
+        toRetry: () => false,
       }),
       dataSourceFactory: async (options) => {
         const dataSource = await new DataSource(options!).initialize();
