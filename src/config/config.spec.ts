@@ -177,6 +177,12 @@ describe('AppConfig', () => {
     expect(error.message).toContain('"igs:"');
   });
 
+  it.each(['igs*', 'ig?', 'igs[1]', 'igs\\x'])('refuses a REDIS_PREFIX with a glob character: %s', (prefix) => {
+    const error = configErrorFrom({ REDIS_PREFIX: prefix });
+
+    expect(error.problems).toEqual([expect.stringContaining('REDIS_PREFIX must not hold')]);
+  });
+
   it('takes a REDIS_PREFIX with a colon inside, such as staging:igs', () => {
     expect(configFrom({ REDIS_PREFIX: 'staging:igs' }).redisPrefix).toBe('staging:igs');
   });

@@ -220,11 +220,18 @@ export class EnvironmentVariables {
   @WholeNumber(1, 1000) DB_POOL_SIZE = 10;
   @WholeNumber(1, 64) DB_PIPELINE_CONNECTIONS = 2;
   @UrlOf('redis:', 'rediss:') REDIS_URL = 'redis://127.0.0.1:6379';
-  /** The service writes `<REDIS_PREFIX>:<key>`: a prefix ending in ':' would double the colon in every key. */
+  /**
+   * The service writes `<REDIS_PREFIX>:<key>`: a prefix ending in ':' would double the colon in every key. `igs users
+   * delete` finds a user's keys by a pattern that starts with the prefix, where a glob character would match the keys
+   * of another deployment.
+   */
   @Expose()
   @Matches(/[^:]$/, {
     message: (args) =>
       `${args.property} must not end with ":" (the service adds it: igs gives igs:bull:...), ${got(args)}`,
+  })
+  @Matches(/^[^*?[\]\\]*$/, {
+    message: (args) => `${args.property} must not hold * ? [ ] or \\ (Redis key patterns start with it), ${got(args)}`,
   })
   REDIS_PREFIX = 'igs';
   @Expose() MEDIA_ROOT = './data/media';
