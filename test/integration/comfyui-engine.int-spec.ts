@@ -213,6 +213,19 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     );
   });
 
+  it("fails the job with ComfyUI's message when a value of the workflow is out of its input's range", async () => {
+    const workflow = structuredClone(WORKFLOW) as Record<string, ComfyWorkflow[string]>;
+    workflow['6'].inputs.denoise = 1.5;
+    const sut = server.engineFor(route(workflow));
+
+    const error = await failure(sut.generate(await request()));
+
+    expect(error).toMatchObject({
+      code: 'engine_failed',
+      clientMessage: 'KSampler 6: Value 1.5 bigger than max of 1.0: denoise',
+    });
+  });
+
   it("fails the job with the exception's message when a node fails while running", async () => {
     fake.switches.executionError = { node: '6', message: 'CUDA out of memory. Tried to allocate 2.00 GiB' };
     const sut = server.engineFor(route());

@@ -14,28 +14,59 @@ import { WebSocketServer, type WebSocket } from 'ws';
  * step, messages sent to the prompt's `client_id` socket only). As recent servers do, `POST /prompt` takes a client's
  * `prompt_id` (a canonical UUID) and `/interrupt` a `prompt_id` (interrupting only when that prompt runs).
  *
- * Strict like the real one: a LoadImage naming a file not uploaded is a 400 with `node_errors`; a class not in its
+ * Strict like the real one: a LoadImage naming a file not uploaded is a 400 with `node_errors`; so is an INT or FLOAT
+ * value that is no number or lies outside its input's `min`/`max` (`validate_inputs`: `invalid_input_type`,
+ * `value_smaller_than_min`, `value_bigger_than_max`, each with the input's name and spec); a class not in its
  * `object_info` is a 400 `missing_node_type`; prompts run `slots` at a time (one, as ComfyUI does), the rest wait in
- * the queue. Running a prompt is simulated: each node in order, a KSampler's steps over time, and the output node
- * saves the first loaded image tinted (or a plain image) where `/view` serves it.
+ * the queue. `object_info` gives each class's inputs as `nodes.py` declares them (KSampler's seed up to 2^64 - 1,
+ * written exactly as Python's JSON does), only those whose values it checks (numbers, LoadImage's files); a test adds a
+ * custom class with its own. Running a prompt is simulated: each node in order, a KSampler's steps over time, and the
+ * output node saves the first loaded image tinted (or a plain image) where `/view` serves it.
  */
 
-/** Core node classes the fake knows, with whether each is an output node. */
-const CORE_CLASSES: Record<string, { output: boolean }> = {
-  LoadImage: { output: false },
-  LoadImageMask: { output: false },
-  ImageScaleBy: { output: false },
-  ImageScale: { output: false },
-  ImageInvert: { output: false },
-  ImageCompositeMasked: { output: false },
-  CheckpointLoaderSimple: { output: false },
-  CLIPTextEncode: { output: false },
-  EmptyLatentImage: { output: false },
-  VAEEncode: { output: false },
-  VAEDecode: { output: false },
-  KSampler: { output: false },
-  SaveImage: { output: true },
-  PreviewImage: { output: true },
+/** An input's spec in `object_info`: its type (a name, or a list of choices) and options such as `min` and `max`. */
+export type FakeComfyInputSpec = [type: string | string[], options?: Record<string, unknown>];
+
+/** A node class's inputs as `INPUT_TYPES` declares them (the inputs a test leaves out are not checked). */
+export interface FakeComfyInputs {
+  required?: Record<string, FakeComfyInputSpec>;
+  optional?: Record<string, FakeComfyInputSpec>;
+}
+
+interface FakeComfyClass {
+  output: boolean;
+  inputs: FakeComfyInputs;
+}
+
+/** Core node classes the fake knows: whether each is an output node, and the inputs it checks, as nodes.py has them. */
+const CORE_CLASSES: Record<string, FakeComfyClass> = {
+  LoadImage: { output: false, inputs: {} },
+  LoadImageMask: { output: false, inputs: {} },
+  ImageScaleBy: {
+    output: false,
+    inputs: { required: { scale_by: ['FLOAT', { default: 1.0, min: 0.01, max: 8.0, step: 0.01 }] } },
+  },
+  ImageScale: { output: false, inputs: {} },
+  ImageInvert: { output: false, inputs: {} },
+  ImageCompositeMasked: { output: false, inputs: {} },
+  CheckpointLoaderSimple: { output: false, inputs: {} },
+  CLIPTextEncode: { output: false, inputs: {} },
+  EmptyLatentImage: { output: false, inputs: {} },
+  VAEEncode: { output: false, inputs: {} },
+  VAEDecode: { output: false, inputs: {} },
+  KSampler: {
+    output: false,
+    inputs: {
+      required: {
+        seed: ['INT', { default: 0, min: 0, max: 0xffffffffffffffffn }],
+        steps: ['INT', { default: 20, min: 1, max: 10000 }],
+        cfg: ['FLOAT', { default: 8.0, min: 0.0, max: 100.0, step: 0.1, round: 0.01 }],
+        denoise: ['FLOAT', { default: 1.0, min: 0.0, max: 1.0, step: 0.01 }],
+      },
+    },
+  },
+  SaveImage: { output: true, inputs: {} },
+  PreviewImage: { output: true, inputs: {} },
 };
 
 export interface FakeComfyPrompt {
@@ -95,8 +126,8 @@ export interface FakeComfy {
   progressSent: { promptId: string; value: number; max: number; at: number }[];
   /** Most prompts queued or running at once over the fake's life. */
   maxInFlight: number;
-  /** A custom node class the server has (or removes): `object_info` lists it. */
-  addClass(name: string): void;
+  /** A custom node class the server has from now on, with the inputs `object_info` declares and `/prompt` checks. */
+  addClass(name: string, inputs?: FakeComfyInputs): void;
   /** Stops answering (connections refused) until {@link up}. */
   down(): Promise<void>;
   up(): Promise<void>;
@@ -138,7 +169,7 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
     requests: [],
     progressSent: [],
     maxInFlight: 0,
-    addClass: (name) => classes.set(name, { output: false }),
+    addClass: (name, inputs = {}) => classes.set(name, { output: false, inputs }),
     down: async () => {
       await stopListening();
     },
@@ -347,13 +378,13 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
     }
     const nodeErrors: Record<string, unknown> = {};
     for (const [id, node] of Object.entries(nodes)) {
-      const errors: Record<string, unknown>[] = [];
+      const errors = numberErrors(classes.get(node.class_type as string)!.inputs, node.inputs ?? {});
       if (node.class_type === 'LoadImage' && !files.has(`input/${String(node.inputs?.image)}`)) {
         errors.push({
           type: 'custom_validation_failed',
           message: 'Custom validation failed for node',
           details: `image - Invalid image file: ${String(node.inputs?.image)}`,
-          extra_info: {},
+          extra_info: { input_name: 'image' },
         });
       }
       if (switches.nodeError?.node === id) {
@@ -378,6 +409,14 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
     };
   }
 
+  /** LoadImage's `image`: a choice of the files at the top of the input folder, where uploads without a subfolder go. */
+  function loadImageSpec(): FakeComfyInputSpec {
+    const names = [...files.keys()]
+      .filter((key) => /^input\/[^/]+$/.test(key))
+      .map((key) => key.slice('input/'.length));
+    return [names.sort(), { image_upload: true }];
+  }
+
   async function readBody(request: IncomingMessage): Promise<Buffer> {
     const chunks: Buffer[] = [];
     for await (const chunk of request) chunks.push(chunk as Buffer);
@@ -385,7 +424,7 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
   }
 
   function json(response: ServerResponse, status: number, body: unknown): void {
-    response.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8' }).end(JSON.stringify(body));
+    response.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8' }).end(pythonJson(body));
   }
 
   async function handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
@@ -410,9 +449,10 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
     }
     if (route === 'GET /object_info') {
       const info: Record<string, unknown> = {};
-      for (const [name, { output }] of classes) {
+      for (const [name, { output, inputs }] of classes) {
+        const required = name === 'LoadImage' ? { ...inputs.required, image: loadImageSpec() } : inputs.required;
         info[name] = {
-          input: { required: {} },
+          input: { required: required ?? {}, ...(inputs.optional && { optional: inputs.optional }) },
           output: [],
           name,
           display_name: name,
@@ -584,6 +624,71 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
   fake.url = `http://127.0.0.1:${port}`;
   return fake;
 }
+
+/**
+ * `validate_inputs`' checks of a node's INT and FLOAT values (links are checked at their source): each value is
+ * converted as Python's `int()` or `float()` would, then held to the spec's `min` and `max`.
+ */
+function numberErrors(inputs: FakeComfyInputs, values: Record<string, unknown>): Record<string, unknown>[] {
+  const errors: Record<string, unknown>[] = [];
+  for (const [name, spec] of Object.entries({ ...inputs.required, ...inputs.optional })) {
+    const [type, options = {}] = spec;
+    const value = values[name];
+    if ((type !== 'INT' && type !== 'FLOAT') || value === undefined || Array.isArray(value)) continue;
+    const extra = { input_name: name, input_config: spec };
+    const converted = pythonNumber(type, value);
+    if (typeof converted === 'string') {
+      errors.push({
+        type: 'invalid_input_type',
+        message: `Failed to convert an input value to a ${type} value`,
+        details: `${name}, ${typeof value === 'string' ? value : value === null ? 'None' : JSON.stringify(value)}, ${converted}`,
+        extra_info: { ...extra, received_value: value, exception_message: converted },
+      });
+      continue;
+    }
+    const show = (number: unknown) =>
+      type === 'FLOAT' && typeof number === 'number' && Number.isInteger(number) ? number.toFixed(1) : String(number);
+    const { min, max } = options as { min?: number | bigint; max?: number | bigint };
+    const below = min !== undefined && converted < min;
+    const above = max !== undefined && converted > max;
+    if (below || above) {
+      errors.push({
+        type: below ? 'value_smaller_than_min' : 'value_bigger_than_max',
+        message: below
+          ? `Value ${show(converted)} smaller than min of ${show(min)}`
+          : `Value ${show(converted)} bigger than max of ${show(max)}`,
+        details: name,
+        extra_info: { ...extra, received_value: converted },
+      });
+    }
+  }
+  return errors;
+}
+
+/** `int(value)` or `float(value)` as Python does it, or the exception's message. */
+function pythonNumber(type: 'INT' | 'FLOAT', value: unknown): number | string {
+  if (typeof value === 'boolean') return Number(value);
+  if (typeof value === 'number') return type === 'INT' ? Math.trunc(value) : value;
+  if (typeof value === 'string') {
+    const text = value.trim();
+    if (type === 'INT' && /^[+-]?\d+$/.test(text)) return Number(text);
+    if (type === 'FLOAT' && text !== '' && Number.isFinite(Number(text))) return Number(text);
+    return type === 'INT'
+      ? `invalid literal for int() with base 10: '${value}'`
+      : `could not convert string to float: '${value}'`;
+  }
+  const pythonType = value === null ? 'NoneType' : 'dict';
+  return type === 'INT'
+    ? `int() argument must be a string, a bytes-like object or a real number, not '${pythonType}'`
+    : `float() argument must be a string or a real number, not '${pythonType}'`;
+}
+
+/** JSON as Python writes it: integers past 2^53 (KSampler's seed `max`), held as BigInts, written out exactly. */
+function pythonJson(value: unknown): string {
+  const text = JSON.stringify(value, (_key, item: unknown) => (typeof item === 'bigint' ? `${BIG}${item}` : item));
+  return text.replace(new RegExp(`"${BIG}(\\d+)"`, 'g'), '$1');
+}
+const BIG = 'bigint:';
 
 /**
  * A routing file (ENGINES.md) that sends the `default` tool to a ComfyUI server at `url` with the img2img example
