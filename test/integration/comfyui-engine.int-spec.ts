@@ -37,6 +37,14 @@ function route(workflow: ComfyWorkflow = WORKFLOW): ComfyRoute {
   };
 }
 
+/** The img2img route with its KSampler's seed linked from node "9", a node of class `type` that the route seeds. */
+function seededBy(type: string): ComfyRoute {
+  const workflow = structuredClone(WORKFLOW) as Record<string, ComfyWorkflow[string]>;
+  workflow['9'] = { class_type: type, inputs: { seed: 0 }, _meta: { title: 'Seed' } };
+  workflow['6'].inputs.seed = ['9', 0];
+  return { ...route(workflow), seed: { node: '9', input: 'seed' } };
+}
+
 function serverFor(url: string): ComfyServer {
   const setting: ComfyServerSetting = {
     kind: 'comfyui',
@@ -124,6 +132,35 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     const seeds = fake.prompts.map(({ prompt }) => prompt['6'].inputs.seed);
     expect(seeds[0]).toBe(seeds[1]);
     expect(seeds[2]).not.toBe(seeds[0]);
+  });
+
+  it('draws the seed within the range a custom seed node declares, the same on every attempt of a job', async () => {
+    fake.addClass('SeedPicker', { required: { seed: ['INT', { default: 0, min: 0, max: 2 ** 32 - 1 }] } });
+    const sut = server.engineFor(seededBy('SeedPicker'));
+    const jobs = [await request(), await request(), await request()];
+    const results: Metadata[] = [];
+    for (const job of jobs) results.push(await decoded(await sut.generate(job)));
+    await sut.generate({ ...jobs[0], runs: memoryRuns() });
+
+    const seeds = fake.prompts.map(({ prompt }) => prompt['9'].inputs.seed as number);
+    expect(results.map(({ format }) => format)).toEqual(['png', 'png', 'png']);
+    expect(seeds.every((seed) => Number.isInteger(seed) && seed >= 0 && seed <= 2 ** 32 - 1)).toBe(true);
+    expect(seeds[3]).toBe(seeds[0]);
+    expect(new Set(seeds.slice(0, 3)).size).toBe(3);
+  });
+
+  it('fails the first job, naming the node and its input, when the seed goes into an input that takes no INT', async () => {
+    fake.addClass('SeedText', { required: { seed: ['STRING', { default: '' }] } });
+    const sut = server.engineFor(seededBy('SeedText'));
+
+    const error = await failure(sut.generate(await request()));
+
+    expect(error).toMatchObject({
+      code: 'engine_failed',
+      clientMessage: 'routes.default.seed: node "9" is a SeedText, whose input "seed" takes a STRING, not an INT.',
+    });
+    expect(fake.uploads).toEqual([]);
+    expect(fake.prompts).toEqual([]);
   });
 
   it("reports progress that rises from the nodes run and the sampler steps, from the prompt's first message", async () => {

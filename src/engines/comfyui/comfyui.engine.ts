@@ -12,13 +12,17 @@ import {
 import { engineFailed, quote, type RemoteHttp } from '../remote-http.js';
 import type { ComfyMessage, ComfySocket, PromptWatch } from './comfyui.socket.js';
 import {
+  ANY_SEED,
   buildPrompt,
   decodeRun,
   describeRefusal,
   encodeRun,
   PromptProgress,
   promptIdFor,
+  seedRangeOf,
+  type NodeClassInfo,
   type RecordedRun,
+  type SeedRange,
   type UploadedImage,
 } from './comfyui.workflow.js';
 
@@ -74,8 +78,11 @@ type Whereabouts = { kind: 'active' } | { kind: 'finished'; entry: HistoryEntry 
  * record, so an attempt after a dead worker follows the prompt already queued instead of running it twice.
  */
 export class ComfyEngine implements Engine {
-  /** Set once the server was found to have every node class of the workflow (a failed check is redone). */
-  private checked: Promise<void> | undefined;
+  /**
+   * Set once the server was found to have every node class of the workflow, with the seeds the route's seed input
+   * takes (a failed check is redone).
+   */
+  private checked: Promise<SeedRange> | undefined;
   private readonly nodeCount: number;
 
   constructor(
@@ -91,8 +98,8 @@ export class ComfyEngine implements Engine {
       this.checked = undefined;
       throw error;
     });
-    await abortable(this.checked, request.signal);
-    const data = await this.run(request);
+    const seeds = await abortable(this.checked, request.signal);
+    const data = await this.run(request, seeds);
     await this.server.http.verifyImage(data);
     return { kind: 'encoded', data };
   }
@@ -106,10 +113,11 @@ export class ComfyEngine implements Engine {
   /**
    * A class the server lacks (a custom node not installed) fails the job naming it, before anything is uploaded; so
    * does a route's output node that is no output node (a VAEDecode, say): ComfyUI keeps only output nodes' images, so
-   * the job would fail only after the whole run on the GPU.
+   * the job would fail only after the whole run on the GPU. So does a seed input that takes no seed; one that declares
+   * a range (a custom node's seed may stop at 2^32 - 1) has the job's seed drawn within it, or ComfyUI would refuse it.
    */
-  private async checkNodeClasses(): Promise<void> {
-    const known = await this.server.http.json<Record<string, { output_node?: unknown } | undefined>>({
+  private async checkNodeClasses(): Promise<SeedRange> {
+    const known = await this.server.http.json<Record<string, NodeClassInfo | undefined>>({
       method: 'GET',
       path: '/object_info',
       maxBytes: OBJECT_INFO_MAX_BYTES,
@@ -130,6 +138,15 @@ export class ComfyEngine implements Engine {
       const what = `routes.${this.route.key}.output.node: node "${node}" is a ${type}, not an output node (such as SaveImage or PreviewImage) whose image ComfyUI keeps`;
       throw engineFailed(`${what} (${this.route.workflowFile})`, `${what}.`);
     }
+    const { seed } = this.route;
+    if (!seed) return ANY_SEED;
+    const seedType = this.route.workflow[seed.node].class_type;
+    const seeds = seedRangeOf(known[seedType], seed.input);
+    if ('problem' in seeds) {
+      const what = `routes.${this.route.key}.seed: node "${seed.node}" is a ${seedType}, ${seeds.problem}`;
+      throw engineFailed(`${what} (${this.route.workflowFile})`, `${what}.`);
+    }
+    return seeds;
   }
 
   /**
@@ -138,7 +155,7 @@ export class ComfyEngine implements Engine {
    * id of its own instead of finding the stopped prompt's history. At the worker's shutdown the prompt is left to run,
    * its record as it was, for the next attempt to follow.
    */
-  private async run(request: EngineRequest): Promise<Buffer> {
+  private async run(request: EngineRequest, seeds: SeedRange): Promise<Buffer> {
     const { signal } = request;
     const active: Active = { run: 1 };
     try {
@@ -159,7 +176,7 @@ export class ComfyEngine implements Engine {
         }
       }
       for (; ; active.run++) {
-        const outcome = await this.queueAndFollow(request, active);
+        const outcome = await this.queueAndFollow(request, active, seeds);
         if (outcome.kind === 'finished') return await this.outputOnceDone(outcome.entry, request);
         if (++lost > LOSSES_ALLOWED) {
           throw engineFailed(
@@ -199,13 +216,14 @@ export class ComfyEngine implements Engine {
   private async queueAndFollow(
     request: EngineRequest,
     active: Active,
+    seeds: SeedRange,
   ): Promise<{ kind: 'finished'; entry: HistoryEntry } | { kind: 'gone' }> {
     const { http, socket } = this.server;
     const { run } = active;
     const uploads = await this.upload(request);
     // The inputs are on the server: the job takes its turn on the GPU to queue them.
     await request.slot?.take();
-    const prompt = buildPrompt(this.route, request.jobId, uploads, request.texts);
+    const prompt = buildPrompt(this.route, request.jobId, uploads, request.texts, seeds);
     const promptId = promptIdFor(request.jobId, run);
     await request.runs?.remember(encodeRun({ promptId, run, state: 'sending' }));
     active.promptId = promptId;

@@ -1,4 +1,18 @@
-import { decodeRun, describeRefusal, encodeRun, PromptProgress, promptIdFor, seedFor } from './comfyui.workflow.js';
+import {
+  ANY_SEED,
+  decodeRun,
+  describeRefusal,
+  encodeRun,
+  PromptProgress,
+  promptIdFor,
+  seedFor,
+  seedRangeOf,
+} from './comfyui.workflow.js';
+
+/** A class as `GET /object_info` answers, with one input named seed. */
+const seedClass = (spec: unknown, where: 'required' | 'optional' = 'required') => ({
+  input: { [where]: { seed: spec } },
+});
 
 describe('comfyui workflow helpers', () => {
   it('derives a canonical UUID prompt id per job and run, the same on every call', () => {
@@ -9,10 +23,46 @@ describe('comfyui workflow helpers', () => {
     expect(promptIdFor('job-1', 2)).not.toBe(sut);
   });
 
-  it('draws a safe integer seed from the job id', () => {
-    expect(Number.isSafeInteger(seedFor('job-1'))).toBe(true);
-    expect(seedFor('job-1')).toBe(seedFor('job-1'));
-    expect(seedFor('job-2')).not.toBe(seedFor('job-1'));
+  it('draws a safe integer seed from the job id, within the range given', () => {
+    const small = { first: 1000, count: 10 };
+
+    expect(Number.isSafeInteger(seedFor('job-1', ANY_SEED))).toBe(true);
+    expect(seedFor('job-1', ANY_SEED)).toBe(seedFor('job-1', ANY_SEED));
+    expect(seedFor('job-2', ANY_SEED)).not.toBe(seedFor('job-1', ANY_SEED));
+    for (const job of ['job-1', 'job-2', 'job-3', 'job-4']) {
+      expect(seedFor(job, small)).toBeGreaterThanOrEqual(1000);
+      expect(seedFor(job, small)).toBeLessThanOrEqual(1009);
+      expect(seedFor(job, small)).toBe(seedFor(job, small));
+    }
+  });
+
+  it('takes the seeds an INT input declares, from 0 up where its range allows', () => {
+    const kSampler = JSON.parse('["INT", {"default": 0, "min": 0, "max": 18446744073709551615}]') as unknown;
+
+    expect(seedRangeOf(seedClass(kSampler), 'seed')).toEqual(ANY_SEED);
+    expect(seedRangeOf(seedClass(['INT']), 'seed')).toEqual(ANY_SEED);
+    expect(seedRangeOf(seedClass(['INT', { min: 0, max: 4294967295 }], 'optional'), 'seed')).toEqual({
+      first: 0,
+      count: 2 ** 32,
+    });
+    expect(seedRangeOf(seedClass(['INT', { min: -1, max: 100 }]), 'seed')).toEqual({ first: 0, count: 101 });
+    expect(seedRangeOf(seedClass(['INT', { min: 2 ** 50, max: 2 ** 50 + 9 }]), 'seed')).toEqual({
+      first: 2 ** 50,
+      count: 10,
+    });
+  });
+
+  it('says why an input takes no seed', () => {
+    expect(seedRangeOf(seedClass(['STRING', { default: '' }]), 'seed')).toEqual({
+      problem: 'whose input "seed" takes a STRING, not an INT',
+    });
+    expect(seedRangeOf(seedClass([['fixed', 'random']]), 'seed')).toEqual({
+      problem: 'whose input "seed" takes one of a list of choices, not an INT',
+    });
+    expect(seedRangeOf(seedClass(['INT']), 'noise_seed')).toEqual({ problem: 'which has no input "noise_seed"' });
+    expect(seedRangeOf(seedClass(['INT', { min: 5, max: 4 }]), 'seed')).toEqual({
+      problem: 'whose input "seed" takes no seed this service can draw (min 5, max 4)',
+    });
   });
 
   it('reads back the run record it wrote, and ignores one it did not', () => {

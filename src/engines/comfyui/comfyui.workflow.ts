@@ -4,12 +4,56 @@ import { quote } from '../remote-http.js';
 
 /**
  * What the comfyui kind computes without talking to the server: the prompt a job sends (the route's workflow with
- * the job's values in the mapped node inputs), the ids and seed derived from the job id, the run record's text, the
- * messages made from ComfyUI's validation errors, and the job's progress from the websocket's messages.
+ * the job's values in the mapped node inputs), the ids and seed derived from the job id, the seeds a node input
+ * takes, the run record's text, the messages made from ComfyUI's validation errors, and the job's progress from the
+ * websocket's messages.
  */
 
-/** Largest seed drawn: a safe integer, which every sampler takes (KSampler's `seed` goes up to 2^64 - 1). */
-const SEED_MODULUS = 2 ** 48;
+/**
+ * The seeds a route draws from: `count` integers from `first` up. At most 2^48 of them, so that each is a safe integer
+ * (KSampler's `seed` takes 0 to 2^64 - 1, which JSON numbers in JavaScript do not hold exactly).
+ */
+export interface SeedRange {
+  first: number;
+  count: number;
+}
+
+const MOST_SEEDS = 2 ** 48;
+
+/** The seeds of an input that declares no range. */
+export const ANY_SEED: SeedRange = { first: 0, count: MOST_SEEDS };
+
+/** A node class as `GET /object_info` describes it (`server.py`'s `node_info`). */
+export interface NodeClassInfo {
+  output_node?: unknown;
+  /** `INPUT_TYPES()`: each input's spec, `[type, options]`, the type a name or a list of choices. */
+  input?: { required?: Record<string, unknown>; optional?: Record<string, unknown> };
+}
+
+/**
+ * The seeds ComfyUI's validation lets into the class's input (`validate_inputs` refuses an INT below its `min` or
+ * above its `max`), from 0 up where the range allows (some nodes take -1 for "pick one at random"); or, when the input
+ * takes no seed, the reason, for the operator.
+ */
+export function seedRangeOf(info: NodeClassInfo | undefined, input: string): SeedRange | { problem: string } {
+  const spec = info?.input?.required?.[input] ?? info?.input?.optional?.[input];
+  if (!Array.isArray(spec)) return { problem: `which has no input "${input}"` };
+  const [type, options] = spec as [unknown, { min?: unknown; max?: unknown } | undefined];
+  if (type !== 'INT') {
+    const takes = typeof type === 'string' ? `a ${type}` : 'one of a list of choices';
+    return { problem: `whose input "${input}" takes ${takes}, not an INT` };
+  }
+  const min = typeof options?.min === 'number' ? Math.ceil(options.min) : -Infinity;
+  const max = typeof options?.max === 'number' ? Math.floor(options.max) : Infinity;
+  const first = max >= 0 ? Math.max(min, 0) : Math.max(min, max - MOST_SEEDS + 1);
+  const count = Math.min(max - first + 1, MOST_SEEDS);
+  if (count < 1 || !Number.isSafeInteger(first) || !Number.isSafeInteger(first + count - 1)) {
+    return {
+      problem: `whose input "${input}" takes no seed this service can draw (min ${String(options?.min)}, max ${String(options?.max)})`,
+    };
+  }
+  return { first, count };
+}
 
 /** A file the server holds in its input folder, as `POST /upload/image` answered. */
 export interface UploadedImage {
@@ -27,6 +71,7 @@ export function buildPrompt(
   jobId: string,
   uploads: Readonly<Record<string, UploadedImage>>,
   texts: Readonly<Record<string, string>>,
+  seeds: SeedRange,
 ): ComfyWorkflow {
   const prompt = structuredClone(route.workflow) as Record<
     string,
@@ -39,13 +84,16 @@ export function buildPrompt(
       prompt[target.node].inputs[target.input] = upload.subfolder ? `${upload.subfolder}/${upload.name}` : upload.name;
     else if (text !== undefined) prompt[target.node].inputs[target.input] = text;
   }
-  if (route.seed) prompt[route.seed.node].inputs[route.seed.input] = seedFor(jobId);
+  if (route.seed) prompt[route.seed.node].inputs[route.seed.input] = seedFor(jobId, seeds);
   return prompt;
 }
 
-/** The same number for every attempt of one job, so a retry draws the same image. */
-export function seedFor(jobId: string): number {
-  return createHash('sha256').update(`seed:${jobId}`).digest().readUIntBE(0, 6) % SEED_MODULUS;
+/**
+ * The same number for every attempt of one job, so a retry draws the same image. Over {@link ANY_SEED} it is the
+ * number drawn before ranges were read, so a job retried across that upgrade keeps its seed.
+ */
+export function seedFor(jobId: string, seeds: SeedRange): number {
+  return seeds.first + (createHash('sha256').update(`seed:${jobId}`).digest().readUIntBE(0, 6) % seeds.count);
 }
 
 /**
