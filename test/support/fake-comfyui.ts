@@ -7,7 +7,8 @@ import { WebSocketServer, type WebSocket } from 'ws';
 
 /**
  * A stand-in for a ComfyUI server, written from comfyanonymous/ComfyUI's (Comfy-Org/ComfyUI) `server.py` (the routes,
- * each also under `/api/`, and their answers), `execution.py` (`validate_prompt`'s 400 `{error, node_errors}`,
+ * each also under `/api/`, and their answers; `object_info`'s `node_info`), `nodes.py` (the core classes'
+ * `INPUT_TYPES`), `execution.py` (`validate_prompt`'s 400 `{error, node_errors}`, `validate_inputs`' checks,
  * `missing_node_type`, the messages `execution_start`, `execution_cached`, `executing` (with `node: null` at the end),
  * `executed`, `execution_success`, `execution_error`, `execution_interrupted`, the history entry `{prompt, outputs,
  * status: {status_str, completed, messages}}`) and `main.py` (`progress` `{value, max, prompt_id, node}` per sampler
