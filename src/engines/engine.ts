@@ -22,6 +22,7 @@ export interface EngineRequest {
   jobId: string;
   tool: string;
   generationType: string;
+  /** Image inputs of the tool, as uploaded; for a model server's engine, upright and without metadata (plainImage). */
   images: EngineImages;
   /** Text inputs of the tool, e.g. `prompt` for the default tool. */
   texts: Readonly<Record<string, string>>;

@@ -10,6 +10,7 @@ export { REQUEST_ATTEMPTS } from './remote-http.js';
 export { CogServer } from './cog/cog.server.js';
 export { ComfyServer } from './comfyui/comfyui.server.js';
 export { ReplicateServer } from './replicate/replicate.server.js';
+export { plainImage } from './plain-image.js';
 export { renderOutputs } from './renderer.js';
 export { LocalEngine } from './local/local.engine.js';
 export { CARD_HEIGHT, CARD_WIDTH } from './local/product-card.pipeline.js';

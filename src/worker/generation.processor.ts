@@ -20,6 +20,7 @@ import {
   EngineRegistry,
   EngineTimeoutError,
   PermanentEngineError,
+  plainImage,
   renderOutputs,
   RunHandedOver,
   WorkerShutdown,
@@ -139,7 +140,11 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
 
     try {
       const images: Record<string, Buffer> = {};
-      for (const [name, input] of Object.entries(item.inputs)) images[name] = await this.inputs.get(input.key);
+      for (const [name, input] of Object.entries(item.inputs)) {
+        const stored = await this.inputs.get(input.key);
+        // The local engine turns a photo upright itself and keeps it in this process; a model server gets it plain.
+        images[name] = route.kind === 'local' ? stored : await plainImage(stored, name, this.config.imageMaxPixels);
+      }
       const signal = AbortSignal.any([stopped, turn.deadline]);
       const started = performance.now();
       const engineAttributes = {

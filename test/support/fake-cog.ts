@@ -121,6 +121,8 @@ export interface FakeCog {
   failSchema(status: number | 'hang' | undefined): void;
   /** The predictions whose inputs include an image with exactly these bytes. */
   requestsFor(image: Buffer): FakeCogRequest[];
+  /** The bytes of an image received, by the sha256 a request's `images` names it by. */
+  imageOf(digest: string): Buffer | undefined;
   /** Predictions still running, their client still there. */
   inFlight(): FakeCogRequest[];
   /** Resolves once `predicate` holds, polling; rejects after `timeoutMs`. */
@@ -164,6 +166,7 @@ export async function startFakeCog(
   let schemaFailure: number | 'hang' | undefined;
   const concurrency = options.concurrency ?? 1;
   const requests: FakeCogRequest[] = [];
+  const received = new Map<string, Buffer>();
   const calls: FakeCogCall[] = [];
   const cancels: string[] = [];
   const attempts = new Map<string, number>();
@@ -265,8 +268,11 @@ export async function startFakeCog(
     for (const [name, value] of Object.entries(input)) {
       if (name === 'generation_type') continue;
       const dataUri = typeof value === 'string' ? /^data:[^,]*;base64,(.*)$/s.exec(value) : null;
-      if (dataUri) images[name] = sha256(Buffer.from(dataUri[1], 'base64'));
-      else texts[name] = value;
+      if (dataUri) {
+        const data = Buffer.from(dataUri[1], 'base64');
+        images[name] = sha256(data);
+        received.set(images[name], data);
+      } else texts[name] = value;
     }
     const signature = JSON.stringify(Object.entries(images).sort());
     const attempt = (attempts.get(signature) ?? 0) + 1;
@@ -512,6 +518,9 @@ export async function startFakeCog(
     requestsFor(image) {
       const digest = sha256(image);
       return requests.filter((request) => Object.values(request.images).includes(digest));
+    },
+    imageOf(digest) {
+      return received.get(digest);
     },
     inFlight() {
       return requests.filter((request) => !request.answered && !request.aborted && request.status === 'processing');

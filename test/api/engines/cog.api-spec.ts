@@ -45,13 +45,13 @@ describe('the cog engine kind, through the service', () => {
   /** What the fake does with the job whose garment image has this sha256. */
   const plans = new Map<string, FakeCogAnswer>();
 
-  async function submit(answer: FakeCogAnswer): Promise<{ id: string; clothes: Buffer }> {
+  async function submit(answer: FakeCogAnswer, photo = person): Promise<{ id: string; clothes: Buffer }> {
     const clothes = await uniqueImage();
     plans.set(sha256(clothes), answer);
     const id = await createJob(sut.baseUrl, key, {
       tool: 'fashion_swap_half',
       generation_type: 'upper',
-      person: { data: person, filename: 'person.jpg', contentType: 'image/jpeg' },
+      person: { data: photo, filename: 'person.jpg', contentType: 'image/jpeg' },
       clothes: { data: clothes, filename: 'clothes.png', contentType: 'image/png' },
     });
     return { id, clothes };
@@ -109,6 +109,25 @@ describe('the cog engine kind, through the service', () => {
     expect(prediction.texts).toEqual({ category: 'upper_body', garment_des: 'a garment' });
     expect(prediction.dropped).toEqual([]);
     expect(prediction.generationType).toBeUndefined();
+  }, 60_000);
+
+  it("sends a phone's sideways photo to the model upright, without where and with what it was taken", async () => {
+    // As a phone stores a portrait: landscape pixels, EXIF orientation 6 (turn 90° clockwise), camera and GPS.
+    const phonePhoto = await sharp(person)
+      .rotate(-90)
+      .jpeg()
+      .withExif({ IFD0: { Make: 'PhonePhone' }, IFD3: { GPSLatitudeRef: 'N', GPSLatitude: '48/1 51/1 24/1' } })
+      .withMetadata({ orientation: 6 })
+      .toBuffer();
+    const { id, clothes } = await submit({ kind: 'succeed', image: result }, phonePhoto);
+
+    expect((await waitForFinal(sut.baseUrl, key, id)).status).toBe('complete');
+
+    const sent = fake.imageOf(predictionFor(clothes)!.images['human_img'])!;
+    const [upright, uploaded] = await Promise.all([sharp(sent).metadata(), sharp(person).metadata()]);
+    expect(upright).toMatchObject({ format: 'jpeg', width: uploaded.width, height: uploaded.height });
+    expect(upright.exif).toBeUndefined();
+    expect(sent.includes('PhonePhone')).toBe(false);
   }, 60_000);
 
   it('shows no progress while the model runs, since a synchronous Cog call tells none', async () => {
