@@ -400,6 +400,24 @@ describe('JobLifecycle', () => {
       expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status });
     });
 
+    it('stops the run an earlier attempt left also when a worker holds the job, which may find no row to stop it by', async () => {
+      const { sut, steps } = world({ workerHoldsJob: true });
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      expect(await sut.delete(USER, ID)).toBe(true);
+
+      expect(steps).toEqual([
+        'delete row',
+        'drop job: a worker holds it',
+        'drop webhook message',
+        'forget progress',
+        DELETE_INPUTS,
+        `media: delete folder ${ID}`,
+        ABANDON_RUN,
+      ]);
+    });
+
     it("answers false for another user's item and leaves it alone", async () => {
       const { sut, steps, status } = world();
       await sut.accept(newItem(), 10);

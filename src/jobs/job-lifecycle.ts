@@ -125,17 +125,19 @@ export class JobLifecycle {
 
   /**
    * Deletes a user's item, whatever its state: gone for the client at once. A queued job is dropped, with the model
-   * run an earlier attempt left going, and so is a webhook message still to be sent; a running job finds the item
-   * gone when it finishes and throws its result away. Resolves false when the user has no such item.
+   * run an earlier attempt left going, and so is a webhook message still to be sent; a job a worker runs is stopped
+   * by that worker, told by the `deleted` event. Resolves false when the user has no such item.
    */
   async delete(userId: string, id: string): Promise<boolean> {
     const item = await this.items.deleteOwned(userId, id);
     if (!item) return false;
-    const [dropped] = await Promise.all([this.queue.drop(id), this.webhooks.drop(id), this.progress.forget(id)]);
+    await Promise.all([this.queue.drop(id), this.webhooks.drop(id), this.progress.forget(id)]);
     await this.removeFiles(item, { keepOutputs: false });
     this.events.announce({ kind: 'deleted', historyItemId: id, userId, status: item.status });
-    // A final item's job is over: no run of it is left going.
-    if (item.status === 'pending') await this.stopLeftRun(item, dropped);
+    // A final item's job is over: no run of it is left going. A pending one's run is stopped here even when a worker
+    // holds its job: one that took the job as the row went finds no row, so nothing to tell it the run's route by (a
+    // worker already running it is told by the announcement, and stopping a run twice does no harm).
+    if (item.status === 'pending') await this.runs.abandon(item);
     return true;
   }
 
