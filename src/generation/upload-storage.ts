@@ -4,6 +4,7 @@ import { type FileHandle, open, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Request } from 'express';
 import type { StorageEngine } from 'multer';
+import { PRIVATE_FILE_MODE, PRIVATE_FOLDER_MODE } from '../media/object-store.js';
 
 /**
  * How much of each file is kept in memory to read its header from. A JPEG's or PNG's header ends within
@@ -81,7 +82,7 @@ export class ProbingTemporaryFiles implements StorageEngine {
   private readonly writing = new WeakMap<Express.Multer.File, BatchedFile>();
 
   constructor(private readonly directory: string) {
-    mkdirSync(directory, { recursive: true });
+    mkdirSync(directory, { recursive: true, mode: PRIVATE_FOLDER_MODE });
   }
 
   _handleFile(request: Request, file: Express.Multer.File, callback: HandleFileCallback): void {
@@ -146,7 +147,7 @@ class BatchedFile {
 
   constructor(readonly path: string) {
     // Opened at once: creating the file overlaps with receiving its first bytes.
-    this.opened = open(path, 'wx');
+    this.opened = open(path, 'wx', PRIVATE_FILE_MODE);
     // A failure to open surfaces at the first write, or is moot when the part is dropped first.
     this.opened.catch(() => {});
   }

@@ -22,6 +22,13 @@ export abstract class ObjectStore {
   abstract deleteFolder(prefix: string): Promise<void>;
 }
 
+/**
+ * People's photos and what was made of them: readable by the service's own user alone. Other accounts on the host
+ * cannot read a file, nor list a folder's names (a result folder's name is its unguessable media path).
+ */
+export const PRIVATE_FILE_MODE = 0o600;
+export const PRIVATE_FOLDER_MODE = 0o700;
+
 const SAFE_KEY = /^[A-Za-z0-9_-]+(?:\/[A-Za-z0-9_.-]+)*$/;
 
 /** Keys come from our own ids, but a key is still never allowed to climb out of its store. */
@@ -44,7 +51,7 @@ export class LocalObjectStore extends ObjectStore {
   }
 
   private async temporaryPathFor(path: string): Promise<string> {
-    await mkdir(dirname(path), { recursive: true });
+    await mkdir(dirname(path), { recursive: true, mode: PRIVATE_FOLDER_MODE });
     return join(dirname(path), `.${randomUUID()}.tmp`);
   }
 
@@ -52,7 +59,7 @@ export class LocalObjectStore extends ObjectStore {
     const path = this.pathOf(key);
     const temporary = await this.temporaryPathFor(path);
     try {
-      await writeFile(temporary, data);
+      await writeFile(temporary, data, { mode: PRIVATE_FILE_MODE });
       await rename(temporary, path);
     } catch (error) {
       await rm(temporary, { force: true });
@@ -63,10 +70,11 @@ export class LocalObjectStore extends ObjectStore {
   async putFile(key: string, sourcePath: string): Promise<void> {
     const path = this.pathOf(key);
     try {
-      // The store's folder is made by the first file only: later ones go straight in.
+      // The store's folder is made by the first file only: later ones go straight in. The file keeps its mode: an
+      // upload's temporary file is private from its creation.
       await rename(sourcePath, path).catch(async (error: NodeJS.ErrnoException) => {
         if (error.code !== 'ENOENT') throw error;
-        await mkdir(dirname(path), { recursive: true });
+        await mkdir(dirname(path), { recursive: true, mode: PRIVATE_FOLDER_MODE });
         await rename(sourcePath, path);
       });
     } catch (error) {
