@@ -80,6 +80,8 @@ export class GenerationService {
 
   /** Stores the inputs privately and hands the item to the lifecycle, which records and queues it. */
   private async record(userId: string, upload: ValidUpload): Promise<StoredResponse> {
+    // Read before the inputs are stored: a failure past that point would leave them with no row to remove them by.
+    const { maxPending } = await this.limits.of(userId);
     const id = randomUUID();
     const stored: Record<string, StoredInput> = {};
     try {
@@ -100,7 +102,6 @@ export class GenerationService {
       inputs: stored,
       webhookUrl: upload.webhookUrl,
     };
-    const { maxPending } = await this.limits.of(userId);
     if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, maxPending))) {
       throw new DomainError(
         'too_many_pending',
