@@ -1,5 +1,6 @@
 import { register } from 'node:module';
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeaders, RequestOptions } from 'node:http';
+import type { Attributes } from '@opentelemetry/api';
 import { ExpressInstrumentation, ExpressLayerType } from '@opentelemetry/instrumentation-express';
 import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
 import { type CommandArgs, IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
@@ -17,6 +18,18 @@ const INSTRUMENTED = ['http', 'https', 'express', 'pg', 'pg-pool', 'ioredis'];
 /** Probes and scrapes come every few seconds and say nothing about a job. */
 function isProbe(request: IncomingMessage): boolean {
   return request.url?.startsWith('/health/') === true || request.url === '/metrics';
+}
+
+/**
+ * What a webhook delivery's span says of its URL: the receiver's origin alone. The URL is the receiver's secret as
+ * much as the signing secret is (Slack and Discord put a token in its path, others in its query), and OpenTelemetry's
+ * default `url.full` would carry it whole to the collector. A delivery is known by Standard Webhooks' `webhook-id`.
+ */
+export function webhookUrlAttributes(request: RequestOptions): Attributes {
+  if ((request.headers as OutgoingHttpHeaders | undefined)?.['webhook-id'] === undefined) return {};
+  const hostname = request.hostname ?? request.host ?? '';
+  const host = hostname.includes(':') ? `[${hostname}]` : hostname;
+  return { 'url.full': `${request.protocol ?? 'http:'}//${host}${request.port ? `:${request.port}` : ''}/` };
 }
 
 /**
@@ -53,7 +66,7 @@ export function startTracing(settings: TracingSettings): void {
     logRecordProcessors: [],
     traceExporter: settings.protocol === 'http/json' ? new JsonExporter() : new ProtobufExporter(),
     instrumentations: [
-      new HttpInstrumentation({ ignoreIncomingRequestHook: isProbe }),
+      new HttpInstrumentation({ ignoreIncomingRequestHook: isProbe, startOutgoingSpanHook: webhookUrlAttributes }),
       // Express's part is the route: it names the HTTP span (`GET /user/generation-history/:id`, `http.route`). Its
       // spans would only repeat that one, at a cost on every request: the route's handler runs the whole request but
       // for three anonymous middleware (request id, metrics, headers).

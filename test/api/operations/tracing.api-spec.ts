@@ -17,6 +17,9 @@ const DEFAULT_OTLP_PORT = 4318;
 const QUICK_EXPORT = { OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_METRIC_EXPORT_INTERVAL: '100', LOG_LEVEL: 'info' };
 const WEBHOOKS_ALLOWED = { WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' };
 const SPAN_KIND = { server: 2, client: 3, producer: 4, consumer: 5 };
+/** Where receivers keep a webhook URL's secret: Slack and Discord in its path, others in its query. */
+const WEBHOOK_PATH_SECRET = 'T0001-B0002-path-secret';
+const WEBHOOK_QUERY_SECRET = 'query-secret-3f9a';
 
 /** A webhook receiver on loopback that answers 200 to everything. */
 async function startWebhookReceiver(): Promise<{ url: string; hits: () => number; close(): Promise<void> }> {
@@ -118,7 +121,11 @@ describe('traces', () => {
     }, 60_000);
 
     it('exports one trace per job: the request, the queueing, the worker, the engine, storage, webhook, pg and Redis', async () => {
-      const id = await submitAndWait(api.baseUrl, key, webhooks.url);
+      const id = await submitAndWait(
+        api.baseUrl,
+        key,
+        `${webhooks.url}/${WEBHOOK_PATH_SECRET}?token=${WEBHOOK_QUERY_SECRET}`,
+      );
       const ofJob = () => receiver.spans.filter((span) => span.attributes['igs.item_id'] === id);
       await waitUntil(() => ofJob().some((span) => span.name === 'process webhooks'), 'the webhook delivery span');
 
@@ -178,6 +185,14 @@ describe('traces', () => {
       expect(prediction?.headers.traceparent).toBe(`00-${traceId}-${modelCall?.spanId}-01`);
       const names = workerSpans.map((span) => span.name);
       expect(names).toEqual(expect.arrayContaining(['store outputs', 'send webhooks', 'process webhooks']));
+      // The webhook's POST names its receiver's origin, and no span the collector got carries the URL's secrets.
+      const delivery = workerSpans.find((span) => span.name === 'process webhooks')!;
+      const post = workerSpans.find(
+        (span) => span.parentSpanId === delivery.spanId && span.attributes['http.request.method'] === 'POST',
+      );
+      expect(post?.attributes['url.full']).toBe(`${new URL(webhooks.url).origin}/`);
+      const secrets = [WEBHOOK_PATH_SECRET, WEBHOOK_QUERY_SECRET];
+      expect(receiver.requests.filter((r) => secrets.some((secret) => r.body.includes(secret))).length).toBe(0);
       const workerDatabase = workerSpans.filter((span) => span.attributes['db.system.name'] === 'postgresql');
       const workerRedis = workerSpans.filter((span) => span.attributes['db.system.name'] === 'redis');
       expect(workerDatabase.length).toBeGreaterThan(0);
