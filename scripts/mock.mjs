@@ -25,6 +25,8 @@
  *   `unexpected_field`, a required input missing 400 `validation_failed`, a generation type of another tool 422
  *   `invalid_generation_type`.
  * - A `webhook_url` the contract refuses answers 422 `invalid_webhook_url`, as the service does.
+ * - `GET /generation/generationTypes?tool=` answers the service's own list for that tool (404 for an unknown one),
+ *   rather than one example for every tool: a form built from it is one the check above takes.
  *
  * What the mock does not check is listed in docs/api-guide.md ("Building a frontend").
  */
@@ -36,10 +38,11 @@ import { createServer, request as forward } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
 import { extname, join, normalize } from 'node:path';
 import { buffer } from 'node:stream/consumers';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, URLSearchParams } from 'node:url';
 import busboy from 'busboy';
 import sharp from 'sharp';
 import { parse } from 'yaml';
+import { GenerationTypeDto, toolAskedFor } from '../dist/catalog/catalog.dto.js';
 import { assignRequestId } from '../dist/common/logging.js';
 import { preferredWait } from '../dist/common/prefer.js';
 import { DomainError } from '../dist/common/problem.js';
@@ -172,8 +175,19 @@ async function mockOperation(request, response) {
     return problem(headerRefused);
   }
   if (accepted && typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
+  let answerBody = answer.body;
+  if (accepted && operation?.id === 'listGenerationTypes') {
+    try {
+      // The local engine's descriptions: the mock knows no routing file.
+      const tool = toolAskedFor(new URLSearchParams(query).get('tool') ?? '');
+      answerBody = JSON.stringify(GenerationTypeDto.listFor(tool, () => undefined));
+    } catch (error) {
+      if (error instanceof DomainError) return problem(error);
+      throw error;
+    }
+  }
   response.writeHead(answer.status, answerHeaders);
-  response.end(answer.body);
+  response.end(answerBody);
 }
 
 /**

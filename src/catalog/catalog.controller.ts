@@ -1,8 +1,7 @@
 import { Controller, Get, Query } from '@nestjs/common';
-import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
-import { CATALOG, findTool } from './catalog.js';
-import { GenerationTypeDto, GenerationTypesQueryDto, ToolDto } from './catalog.dto.js';
+import { CATALOG } from './catalog.js';
+import { GenerationTypeDto, GenerationTypesQueryDto, toolAskedFor, ToolDto } from './catalog.dto.js';
 
 @Controller('generation')
 export class CatalogController {
@@ -21,8 +20,7 @@ export class CatalogController {
 
   @Get('generationTypes')
   listGenerationTypes(@Query() { tool }: GenerationTypesQueryDto): GenerationTypeDto[] {
-    const found = findTool(tool);
-    if (!found) throw new DomainError('not_found', `There is no tool "${tool}"; see /generation/tools.`);
+    const found = toolAskedFor(tool);
     return GenerationTypeDto.listFor(
       found,
       (generationType) => this.remote.get(`${found.id}/${generationType}`) ?? this.remote.get(found.id),

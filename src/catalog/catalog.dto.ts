@@ -1,6 +1,7 @@
 import { IsNotEmpty, IsString } from 'class-validator';
+import { DomainError } from '../common/problem.js';
 import type { components, operations } from '../generated/openapi.js';
-import type { CatalogTool } from './catalog.js';
+import { type CatalogTool, findTool } from './catalog.js';
 
 type ToolSchema = components['schemas']['Tool'];
 type GenerationTypeSchema = components['schemas']['GenerationType'];
@@ -50,6 +51,13 @@ export class GenerationTypeDto implements GenerationTypeSchema {
       };
     });
   }
+}
+
+/** The tool `GET /generation/generationTypes?tool=` asks for; an unknown one is a 404. */
+export function toolAskedFor(id: string): CatalogTool {
+  const found = findTool(id);
+  if (!found) throw new DomainError('not_found', `There is no tool "${id}"; see /generation/tools.`);
+  return found;
 }
 
 type GenerationTypesQuery = operations['listGenerationTypes']['parameters']['query'];

@@ -199,6 +199,23 @@ describe('the mock refuses a job form as the service does', () => {
     expect(fromMock).toEqual(fromService);
   });
 
+  it.each(['fashion_swap', 'fashion_swap_half', 'fabric', 'hat_swap'])(
+    'answers the generation types of %s as the service does',
+    async (tool) => {
+      const path = `/generation/generationTypes?tool=${tool}`;
+      const ask = (baseUrl: string, key: string) =>
+        fetch(`${baseUrl}${path}`, { headers: { Authorization: `Bearer ${key}` } });
+
+      const [fromService, fromMock] = await Promise.all([
+        ask(block.sut.baseUrl, apiKey),
+        ask(mock.baseUrl, 'anything'),
+      ]);
+
+      expect(fromMock.status).toBe(fromService.status);
+      expect(await fromMock.json()).toEqual(await fromService.json());
+    },
+  );
+
   it('accepts a form that fits its tool in both: 202 pending', async () => {
     const form = { tool: 'default', image, prompt: 'Brighter, warmer light.' };
 

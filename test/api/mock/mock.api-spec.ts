@@ -114,13 +114,25 @@ describe('the mock server (npm run mock)', () => {
     ]);
   });
 
-  it('answers GET /generation/generationTypes with a documented example', async () => {
-    const response = await sut('/generation/generationTypes?tool=fashion_swap_half');
+  it.each([
+    ['fashion_swap_half', ['upper', 'lower']],
+    ['fashion_swap', ['fashion_swap_full']],
+    ['default', ['enhance']],
+  ])('answers GET /generation/generationTypes with the types of the tool asked for: %s', async (tool, types) => {
+    const response = await sut(`/generation/generationTypes?tool=${tool}`);
 
     expect(response.status).toBe(200);
-    const body = (await response.json()) as Array<{ generation_type: string; is_default: boolean }>;
+    const body = (await response.json()) as Array<{ generation_type: string; tool: string; is_default: boolean }>;
+    expect(body.map((type) => type.generation_type)).toEqual(types);
     expect(body.filter((type) => type.is_default)).toHaveLength(1);
-    expect(body.map((type) => type.generation_type)).toEqual(['upper', 'lower']);
+    expect(body.every((type) => type.tool === tool)).toBe(true);
+  });
+
+  it('answers GET /generation/generationTypes for an unknown tool 404 not_found', async () => {
+    const response = await sut('/generation/generationTypes?tool=hat_swap');
+
+    expect(response.status).toBe(404);
+    expect(await response.json()).toMatchObject({ status: 404, code: 'not_found' });
   });
 
   it('answers 401 problem+json without an Authorization header', async () => {
