@@ -77,6 +77,18 @@ describe('plainImage: a photo as a model server gets it', () => {
     expect(sut.includes('Jane Doe')).toBe(false);
   });
 
+  it('encodes a CMYK JPEG again in sRGB, though it carries no metadata: a model reading it would get four channels', async () => {
+    const photo = await halves().toColourspace('cmyk').jpeg().toBuffer();
+
+    const sut = await plainImage(photo, 'person', LIMIT);
+
+    expect(await sharp(sut).metadata()).toMatchObject({ format: 'jpeg', space: 'srgb', channels: 3 });
+    const [left, right] = [await pixel(sut, 100, 240), await pixel(sut, 540, 240)];
+    // Red and blue each lose some of their strength through CMYK's gamut, but stay what they were.
+    expect(left[0]).toBeGreaterThan(left[2] + 80);
+    expect(right[2]).toBeGreaterThan(right[0] + 50);
+  });
+
   it.each([
     ['a truncated JPEG', async () => (await halves().jpeg().withExif(PHONE_EXIF).toBuffer()).subarray(0, 2000)],
     ['bytes that are no image', () => Promise.resolve(Buffer.from('not an image at all'))],

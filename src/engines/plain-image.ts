@@ -5,14 +5,17 @@ import { PermanentEngineError } from './engine.js';
  * A person's photo as a model server gets it: upright, and with nothing but its pixels. A phone's photo tells where and
  * with what it was taken (EXIF, XMP, IPTC), which a model server, often a hosted one, has no use for. It is also often
  * stored sideways with an EXIF orientation, which most models' Python code (PIL's `Image.open`) does not apply: the
- * model would see, and draw, the person lying down. An image with none of that goes as it is; any other is turned
- * upright, converted to sRGB and encoded again in its own format, at a quality that leaves nothing to see. Anything
- * sharp cannot read is the job's `invalid_image`.
+ * model would see, and draw, the person lying down. An image with none of that, in RGB or grey, goes as it is; any
+ * other is turned upright, converted to sRGB and encoded again in its own format, at a quality that leaves nothing to
+ * see. Anything sharp cannot read is the job's `invalid_image`.
  */
 export async function plainImage(data: Buffer, name: string, limitInputPixels: number): Promise<Buffer> {
   try {
     const metadata = await sharp(data, { limitInputPixels }).metadata();
-    if (metadata.format === 'jpeg' ? isPlainJpeg(data) : !carriesMetadata(metadata)) return data;
+    // A CMYK JPEG may hold nothing but its pixels, yet PIL opens it with four channels, which a model does not take.
+    const plain =
+      metadata.format === 'jpeg' ? isPlainJpeg(data) && metadata.space !== 'cmyk' : !carriesMetadata(metadata);
+    if (plain) return data;
     const upright = sharp(data, { limitInputPixels, failOn: 'error' }).rotate();
     switch (metadata.format) {
       case 'jpeg':
