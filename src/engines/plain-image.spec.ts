@@ -90,6 +90,18 @@ describe('plainImage: a photo as a model server gets it', () => {
   });
 
   it.each([
+    ['PNG', 'png', () => halves().png().toBuffer()],
+    ['WebP', 'webp', () => halves().webp().toBuffer()],
+  ])('encodes a %s with bytes after its end again, without them', async (_format, format, make) => {
+    const photo = Buffer.concat([await make(), Buffer.from('GPS 48.85N 2.35E, Jane Doe, home')]);
+
+    const sut = await plainImage(photo, 'clothes', LIMIT);
+
+    expect(sut.includes('Jane Doe')).toBe(false);
+    expect(await sharp(sut).metadata()).toMatchObject({ format, width: 640, height: 480 });
+  });
+
+  it.each([
     ['a truncated JPEG', async () => (await halves().jpeg().withExif(PHONE_EXIF).toBuffer()).subarray(0, 2000)],
     ['bytes that are no image', () => Promise.resolve(Buffer.from('not an image at all'))],
   ])('fails the job invalid_image, naming the input, for %s', async (_case, make) => {

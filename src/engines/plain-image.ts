@@ -14,7 +14,9 @@ export async function plainImage(data: Buffer, name: string, limitInputPixels: n
     const metadata = await sharp(data, { limitInputPixels }).metadata();
     // A CMYK JPEG may hold nothing but its pixels, yet PIL opens it with four channels, which a model does not take.
     const plain =
-      metadata.format === 'jpeg' ? isPlainJpeg(data) && metadata.space !== 'cmyk' : !carriesMetadata(metadata);
+      metadata.format === 'jpeg'
+        ? isPlainJpeg(data) && metadata.space !== 'cmyk'
+        : !carriesMetadata(metadata) && endsAtItsEnd(data, metadata.format);
     if (plain) return data;
     const upright = sharp(data, { limitInputPixels, failOn: 'error' }).rotate();
     switch (metadata.format) {
@@ -38,6 +40,18 @@ function carriesMetadata(metadata: Metadata): boolean {
   return (
     Boolean(metadata.exif ?? metadata.xmp ?? metadata.iptc ?? metadata.icc) || (metadata.comments?.length ?? 0) > 0
   );
+}
+
+/** A PNG's last chunk, IEND: no data, and its CRC. */
+const PNG_END = Buffer.from('0000000049454e44ae426082', 'hex');
+
+/**
+ * Whether a PNG or WebP ends where its own structure says (PNG's IEND chunk, the size in WebP's RIFF header), with no
+ * bytes after it, which a decoder never reads and a phone or an editor may have put there.
+ */
+function endsAtItsEnd(data: Buffer, format: string | undefined): boolean {
+  if (format === 'png') return data.subarray(-PNG_END.length).equals(PNG_END);
+  return format === 'webp' && data.length >= 12 && data.readUInt32LE(4) + 8 === data.length;
 }
 
 /** JPEG markers (ITU T.81, JFIF) a file may have whose bytes are served as they are. */
