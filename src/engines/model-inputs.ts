@@ -5,7 +5,24 @@ import type { InputNames } from '../config/engine-settings.js';
  * at a Cog URL, a new version of an official Replicate model) is checked as it is now within this long, and a route
  * fixed after a mismatch is used again.
  */
-export const SCHEMA_MAX_AGE_MS = 60_000;
+const SCHEMA_MAX_AGE_MS = 60_000;
+
+/**
+ * A model's input names, read on first use and again once SCHEMA_MAX_AGE_MS old; until a read succeeds each job reads
+ * them (a failed read fails only its job).
+ */
+export class KeptInputNames<Names> {
+  private kept: { names: Names; readAt: number } | undefined;
+
+  constructor(private readonly read: (signal: AbortSignal | undefined) => Promise<Names>) {}
+
+  async get(signal: AbortSignal | undefined): Promise<Names> {
+    if (!this.kept || Date.now() - this.kept.readAt > SCHEMA_MAX_AGE_MS) {
+      this.kept = { names: await this.read(signal), readAt: Date.now() };
+    }
+    return this.kept.names;
+  }
+}
 
 /** The part of a Cog model's OpenAPI schema (Cog's `GET /openapi.json`, a Replicate version's `openapi_schema`) read. */
 interface ModelSchema {

@@ -40,10 +40,10 @@ export class EngineRuns {
   }
 
   /**
-   * Stops the run recorded for a job that ended while no worker ran it: canceled or deleted between two attempts
-   * (after a rollout left its run going, or in a retry's backoff while the model went on). No attempt follows that
-   * run any more, and the model server would otherwise spend its GPU on a result nobody takes. The job has ended
-   * whatever the server says: a failure is logged, not raised.
+   * Stops the run recorded for a job that ended where no worker follows its run: canceled or deleted between two
+   * attempts (after a rollout left its run going, or in a retry's backoff while the model went on), or deleted as a
+   * worker took it. No attempt follows that run any more, and the model server would otherwise spend its GPU on a
+   * result nobody takes. The job has ended whatever the server says: a failure is logged, not raised.
    */
   async abandon(job: { id: string; tool: string; generationType: string }): Promise<void> {
     try {

@@ -1,7 +1,7 @@
 import type { CogRoute, CogServerSetting } from '../../config/engine-settings.js';
 import type { Engine, EngineLimits, EngineServer } from '../engine.js';
 import { RemoteHttp, engineFailed } from '../remote-http.js';
-import { SCHEMA_MAX_AGE_MS, schemaInputNames } from '../model-inputs.js';
+import { KeptInputNames, schemaInputNames } from '../model-inputs.js';
 import { CogEngine, type CogInputs } from './cog.engine.js';
 
 /** `GET /health-check` statuses of a model that takes predictions: idle, or with every slot in use. */
@@ -13,8 +13,7 @@ const UP_STATUSES = new Set(['READY', 'BUSY']);
  */
 export class CogServer implements EngineServer<CogRoute> {
   private readonly http: RemoteHttp;
-  /** Kept for SCHEMA_MAX_AGE_MS once read; until then each job reads it (a failed read fails only its job). */
-  private inputs: { names: CogInputs; readAt: number } | undefined;
+  private readonly inputs = new KeptInputNames<CogInputs>((signal) => this.readInputs(signal));
 
   constructor(
     private readonly setting: CogServerSetting,
@@ -32,7 +31,7 @@ export class CogServer implements EngineServer<CogRoute> {
   }
 
   engineFor(route: CogRoute): Engine {
-    return new CogEngine(this.http, route, this.setting.url, this.limits, (signal) => this.modelInputs(signal));
+    return new CogEngine(this.http, route, this.setting.url, this.limits, (signal) => this.inputs.get(signal));
   }
 
   async probe(signal: AbortSignal): Promise<boolean> {
@@ -46,13 +45,6 @@ export class CogServer implements EngineServer<CogRoute> {
   }
 
   async close(): Promise<void> {}
-
-  private async modelInputs(signal: AbortSignal | undefined): Promise<CogInputs> {
-    if (!this.inputs || Date.now() - this.inputs.readAt > SCHEMA_MAX_AGE_MS) {
-      this.inputs = { names: await this.readInputs(signal), readAt: Date.now() };
-    }
-    return this.inputs.names;
-  }
 
   private async readInputs(signal: AbortSignal | undefined): Promise<CogInputs> {
     const names = schemaInputNames(await this.http.json({ method: 'GET', path: '/openapi.json', signal }));

@@ -135,18 +135,22 @@ export class ComfyEngine implements Engine {
     const { node } = this.route.output;
     const type = this.route.workflow[node].class_type;
     if (known[type]?.output_node !== true) {
-      const what = `routes.${this.route.key}.output.node: node "${node}" is a ${type}, not an output node (such as SaveImage or PreviewImage) whose image ComfyUI keeps`;
-      throw engineFailed(`${what} (${this.route.workflowFile})`, `${what}.`);
+      throw this.routeMistake(
+        `output.node: node "${node}" is a ${type}, not an output node (such as SaveImage or PreviewImage) whose image ComfyUI keeps`,
+      );
     }
     const { seed } = this.route;
     if (!seed) return ANY_SEED;
     const seedType = this.route.workflow[seed.node].class_type;
     const seeds = seedRangeOf(known[seedType], seed.input);
-    if ('problem' in seeds) {
-      const what = `routes.${this.route.key}.seed: node "${seed.node}" is a ${seedType}, ${seeds.problem}`;
-      throw engineFailed(`${what} (${this.route.workflowFile})`, `${what}.`);
-    }
+    if ('problem' in seeds) throw this.routeMistake(`seed: node "${seed.node}" is a ${seedType}, ${seeds.problem}`);
     return seeds;
+  }
+
+  /** A setting of the route (`what`, from its key down) that the server's node classes refuse. */
+  private routeMistake(what: string): PermanentEngineError {
+    const where = `routes.${this.route.key}.${what}`;
+    return engineFailed(`${where} (${this.route.workflowFile})`, `${where}.`);
   }
 
   /**

@@ -24,7 +24,7 @@ import {
   sleep,
   type RemoteHttp,
 } from '../remote-http.js';
-import { describeMissing, namesNotInSchema, SCHEMA_MAX_AGE_MS, schemaInputNames } from '../model-inputs.js';
+import { describeMissing, KeptInputNames, namesNotInSchema, schemaInputNames } from '../model-inputs.js';
 
 /** Images up to this size go inline as data URIs; larger ones through the files API. */
 const DATA_URI_MAX_BYTES = 1024 * 1024;
@@ -52,8 +52,8 @@ interface RunState {
  * the next attempt.
  */
 export class ReplicateEngine implements Engine {
-  /** The model's input names, kept for SCHEMA_MAX_AGE_MS once read; undefined names when its schema declares none. */
-  private inputs: { names: ReadonlySet<string> | undefined; readAt: number } | undefined;
+  /** The model's input names; undefined when its schema declares none. */
+  private readonly inputs = new KeptInputNames((signal) => this.readInputs(this.route.model!, signal));
 
   constructor(
     private readonly client: Replicate,
@@ -111,10 +111,7 @@ export class ReplicateEngine implements Engine {
    */
   private async checkInputs(signal: AbortSignal | undefined): Promise<void> {
     if (!this.route.model) return;
-    if (!this.inputs || Date.now() - this.inputs.readAt > SCHEMA_MAX_AGE_MS) {
-      this.inputs = { names: await this.readInputs(this.route.model, signal), readAt: Date.now() };
-    }
-    const known = this.inputs.names;
+    const known = await this.inputs.get(signal);
     if (!known) return;
     const missing = namesNotInSchema(
       this.route,
