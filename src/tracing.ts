@@ -1,7 +1,7 @@
 import { register } from 'node:module';
-import type { IncomingMessage, OutgoingHttpHeaders, RequestOptions } from 'node:http';
-import type { Attributes } from '@opentelemetry/api';
-import { ExpressInstrumentation, ExpressLayerType } from '@opentelemetry/instrumentation-express';
+import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders, RequestOptions } from 'node:http';
+import type { Attributes, Span } from '@opentelemetry/api';
+import type { Request } from 'express';
 import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
 import { type CommandArgs, IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
 import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
@@ -11,13 +11,36 @@ import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-t
 import { defaultDbStatementSerializer } from '@opentelemetry/redis-common';
 import { NodeSDK } from '@opentelemetry/sdk-node';
 import type { TracingSettings } from './config/tracing-settings.js';
+import { routeLabel, UNMATCHED_ROUTE } from './metrics/http-metrics.js';
 
 /** The packages the instrumentations patch, also when the service's own ES modules import them. */
-const INSTRUMENTED = ['http', 'https', 'express', 'pg', 'pg-pool', 'ioredis'];
+const INSTRUMENTED = ['http', 'https', 'pg', 'pg-pool', 'ioredis'];
 
-/** Probes and scrapes come every few seconds and say nothing about a job. */
-function isProbe(request: IncomingMessage): boolean {
-  return request.url?.startsWith('/health/') === true || request.url === '/metrics';
+/**
+ * The requests that get a trace: those that create or change something (a job, a cancel, a rating, a deletion, a
+ * webhook secret rotated), that is every method but GET and HEAD. A trace follows a job (OPERATIONS.md); reads belong
+ * to none, and their latency per route is Prometheus's (`http_request_duration_seconds`). Tracing them would cost more
+ * than the read: an item GET answers in under 0.1 ms of CPU, and its server, database and Redis spans took twice that
+ * (docs/performance.md). Probes, scrapes, history pages and event streams (a GET that lasts hours) are all reads.
+ */
+export function isUntracedRequest(request: Pick<IncomingMessage, 'method'>): boolean {
+  return request.method === 'GET' || request.method === 'HEAD';
+}
+
+/**
+ * Names a request's span after the route that answered it (`DELETE /user/generation-history/:id`, `http.route`), with
+ * the route label the HTTP metrics use: the template, never the URL with its ids. Requests no route took keep the
+ * method alone, as OpenTelemetry's semantic conventions ask. (OpenTelemetry's Express instrumentation would name it
+ * too, but it does its work on every Express layer of every request, traced or not: a tenth of an item GET's
+ * throughput, for a name the metrics already compute.)
+ */
+export function nameAfterRoute(span: Span, request: ClientRequest | IncomingMessage): void {
+  // Only the server's requests went through Express's router; a client span's request is a ClientRequest.
+  if (typeof (request as Partial<Request>).baseUrl !== 'string') return;
+  const route = routeLabel(request as Request);
+  if (route === UNMATCHED_ROUTE) return;
+  span.setAttribute('http.route', route);
+  span.updateName(`${request.method} ${route}`);
 }
 
 /**
@@ -52,8 +75,8 @@ export function redisStatement(command: string, args: CommandArgs): string {
 }
 
 /**
- * Starts OpenTelemetry's SDK. It must run before the service's modules load: the instrumentations patch pg, ioredis,
- * express and http as they are loaded, through `require` for CommonJS importers and through the import-in-the-middle
+ * Starts OpenTelemetry's SDK. It must run before the service's modules load: the instrumentations patch pg, ioredis
+ * and http as they are loaded, through `require` for CommonJS importers and through the import-in-the-middle
  * loader for ES modules (hooking only the packages above, so the rest of the service loads as it always does).
  */
 export function startTracing(settings: TracingSettings): void {
@@ -66,12 +89,10 @@ export function startTracing(settings: TracingSettings): void {
     logRecordProcessors: [],
     traceExporter: settings.protocol === 'http/json' ? new JsonExporter() : new ProtobufExporter(),
     instrumentations: [
-      new HttpInstrumentation({ ignoreIncomingRequestHook: isProbe, startOutgoingSpanHook: webhookUrlAttributes }),
-      // Express's part is the route: it names the HTTP span (`GET /user/generation-history/:id`, `http.route`). Its
-      // spans would only repeat that one, at a cost on every request: the route's handler runs the whole request but
-      // for three anonymous middleware (request id, metrics, headers).
-      new ExpressInstrumentation({
-        ignoreLayersType: [ExpressLayerType.MIDDLEWARE, ExpressLayerType.ROUTER, ExpressLayerType.REQUEST_HANDLER],
+      new HttpInstrumentation({
+        ignoreIncomingRequestHook: isUntracedRequest,
+        applyCustomAttributesOnSpan: nameAfterRoute,
+        startOutgoingSpanHook: webhookUrlAttributes,
       }),
       // Queue polling, event fan-out, metrics and sweeps would each be a trace of one span: only calls made for a
       // request or a job are traced.

@@ -3,8 +3,17 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { postJob } from '../../support/client.js';
-import { cogEngine, createUser, final, submit, uniqueImage, waitUntil, WorkerWorld } from '../../support/harness.js';
+import { bearer, postJob } from '../../support/client.js';
+import {
+  cogEngine,
+  createUser,
+  final,
+  getItem,
+  submit,
+  uniqueImage,
+  waitUntil,
+  WorkerWorld,
+} from '../../support/harness.js';
 import { type OtlpReceiver, startOtlpReceiver } from '../../support/otlp-receiver.js';
 import type { RunningService } from '../../support/service.js';
 
@@ -137,7 +146,7 @@ describe('traces', () => {
       await waitUntil(() => sut().some((span) => span.kind === SPAN_KIND.server), 'the creating request span');
       const byService = (name: string) => sut().filter((span) => span.resource['service.name'] === name);
 
-      // The creating request, in the API process: its HTTP span named by Express's route, the queueing, and its
+      // The creating request, in the API process: its HTTP span named after its route, the queueing, and its
       // database calls.
       const apiSpans = byService('igs-api');
       const request = apiSpans.find((span) => span.kind === SPAN_KIND.server);
@@ -211,6 +220,32 @@ describe('traces', () => {
 
       // Traces only: the service's metrics are Prometheus's and its logs go to stdout.
       expect(receiver.refused).toEqual([]);
+    });
+
+    it('traces the requests that change something, named after their route, and no reads', async () => {
+      const seen = receiver.spans.length;
+      const id = await submit(api.baseUrl, key, await uniqueImage());
+      expect((await final(api.baseUrl, key, id)).status).toBe('complete');
+      expect((await getItem(api.baseUrl, key, id)).status).toBe(200);
+      expect((await fetch(`${api.baseUrl}/no/such/path`, { method: 'POST', headers: bearer(key) })).status).toBe(404);
+      const deletion = await fetch(`${api.baseUrl}/user/generation-history/${id}`, {
+        method: 'DELETE',
+        headers: bearer(key),
+      });
+      expect(deletion.status).toBe(204);
+
+      // The API process exports its spans in the order they end: once the deletion's is in, every earlier one is.
+      const served = () =>
+        receiver.spans
+          .slice(seen)
+          .filter((span) => span.kind === SPAN_KIND.server && span.resource['service.name'] === 'igs-api');
+      await waitUntil(() => served().some((span) => span.attributes['http.request.method'] === 'DELETE'), 'DELETE');
+      expect(served().map((span) => [span.name, span.attributes['http.route']])).toEqual([
+        ['POST /generation/generate_image_v2', '/generation/generate_image_v2'],
+        // No route took it: the method alone, as OpenTelemetry's conventions ask.
+        ['POST', undefined],
+        ['DELETE /user/generation-history/:id', '/user/generation-history/:id'],
+      ]);
     });
   });
 
