@@ -510,7 +510,7 @@ export async function startFakeReplicate(
     const id = randomBytes(13).toString('hex').slice(0, 26);
     const record: FakeFileRecord = {
       id,
-      filename: (form.get('filename') as string | null) ?? (content as File).name ?? 'file',
+      filename: (form.get('filename') as string | null) ?? content.name ?? 'file',
       contentType: typeof typePart === 'string' ? typePart : content.type || 'application/octet-stream',
       size: bytes.length,
       sha256: sha256(bytes),
