@@ -7,7 +7,7 @@
  *   built from git into a temporary directory with the same node_modules;
  * - `context`: `off` with one AsyncLocalStorage enabled at start and nothing else, for information: the part of
  *   `on`'s cost that is Node's context propagation (OpenTelemetry's context manager is an AsyncLocalStorage), which
- *   on Node 20 runs a hook for every promise the process creates, traced or not.
+ *   every request pays, traced or not (reads are not traced).
  * (Four processes in all.) Two loads on each, alternating, 6 s rounds, best round per side: job creation (16 connections,
  * fashion_swap with two 1024x1024 JPEGs; five rounds each) and item GET (50 connections, over the items the creations
  * made; three rounds each).
