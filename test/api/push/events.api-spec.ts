@@ -215,6 +215,8 @@ describe('push: event streams, Prefer: wait and cancel', () => {
       const image = await uniqueImage();
       const id = await submit(apiA.baseUrl, user.key, image);
       const stream = await openStream(`${apiB.baseUrl}/user/generation-history/${id}/events`, user.key);
+      // The stream's first event is the item as it is when the stream reads it: wait for it, so it is the pending one.
+      await waitUntil(() => stream.events.length > 0, 'the first event');
 
       const response = await cancel(apiA, user.key, id);
       await stream.ended;
