@@ -1,6 +1,6 @@
 /**
- * The typed client of the image generation service, for browsers and Node 20: types generated from the contract
- * (`npm run gen`), requests through openapi-fetch. Every non-2xx answer is thrown as one {@link ServiceError}.
+ * The typed client of the image generation service, for browsers and Node.js 20.19 or later: types generated from the
+ * contract (`npm run gen`), requests through openapi-fetch. Every non-2xx answer is thrown as one {@link ServiceError}.
  */
 import createFetchClient, { type Client as FetchClient } from 'openapi-fetch';
 import type { components, paths } from './generated/openapi.js';
