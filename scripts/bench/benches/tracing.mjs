@@ -9,8 +9,8 @@
  *   `on`'s cost that is Node's context propagation (OpenTelemetry's context manager is an AsyncLocalStorage), which
  *   every request pays, traced or not (reads are not traced).
  * (Four processes in all.) Two loads on each, alternating, 6 s rounds, best round per side: job creation (16 connections,
- * fashion_swap with two 1024x1024 JPEGs; five rounds each) and item GET (50 connections, over the items the creations
- * made; three rounds each).
+ * fashion_swap with two 1024x1024 JPEGs) and item GET (50 connections, over the items the creations made), five
+ * rounds each.
  * Targets: on / off >= 0.85, off / before >= 0.97.
  */
 import { execFileSync } from 'node:child_process';
@@ -35,13 +35,11 @@ const CREATE_CONNECTIONS = 16;
 const GET_CONNECTIONS = 50;
 const WARMUP_MS = 2_000;
 const DURATION_MS = 6_000;
-/** Off and before differ by a few percent at most: three rounds each keep one slow round from deciding. */
-const ROUNDS = 3;
 /**
- * The same side's creation rounds swing by up to a third on this machine, with the data on disk or on tmpfs alike:
- * five rounds give each side its quiet one.
+ * The same side's rounds swing by up to a third on a shared 2-core machine, creations and reads alike, with the data
+ * on disk or on tmpfs: five rounds give each side its quiet one.
  */
-const CREATE_ROUNDS = 5;
+const ROUNDS = 5;
 const PATH = '/generation/generate_image_v2/';
 const UNLIMITED = { LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' };
 /** Preloaded by the `context` side: enables AsyncLocalStorage's hooks as OpenTelemetry's first context switch does. */
@@ -110,7 +108,7 @@ export async function run() {
       Object.fromEntries(
         Object.entries(sides).map(([name, s]) => [name, { target: { url: s.baseUrl, requests: [post] }, pid: s.pid }]),
       ),
-      { rounds: CREATE_ROUNDS, concurrency: CREATE_CONNECTIONS, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
+      { rounds: ROUNDS, concurrency: CREATE_CONNECTIONS, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
     );
 
     await db.connect();
