@@ -23,7 +23,7 @@ const INSTRUMENTED = ['http', 'https', 'pg', 'pg-pool', 'ioredis'];
  * than the read: an item GET answers in under 0.1 ms of CPU, and its server, database and Redis spans took twice that
  * (docs/performance.md). Probes, scrapes, history pages and event streams (a GET that lasts hours) are all reads.
  */
-export function isUntracedRequest(request: Pick<IncomingMessage, 'method'>): boolean {
+function isUntracedRequest(request: Pick<IncomingMessage, 'method'>): boolean {
   return request.method === 'GET' || request.method === 'HEAD';
 }
 
@@ -34,7 +34,7 @@ export function isUntracedRequest(request: Pick<IncomingMessage, 'method'>): boo
  * too, but it does its work on every Express layer of every request, traced or not: a tenth of an item GET's
  * throughput, for a name the metrics already compute.)
  */
-export function nameAfterRoute(span: Span, request: ClientRequest | IncomingMessage): void {
+function nameAfterRoute(span: Span, request: ClientRequest | IncomingMessage): void {
   // Only the server's requests went through Express's router; a client span's request is a ClientRequest.
   if (typeof (request as Partial<Request>).baseUrl !== 'string') return;
   const route = routeLabel(request as Request);
