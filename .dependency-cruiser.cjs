@@ -69,10 +69,19 @@ module.exports = {
     },
     {
       name: 'engine-internals-private',
-      comment: 'Outside src/engines/, engines are reached through their one entry point (src/engines/index.ts).',
+      comment:
+        'Outside src/engines/, engines are reached through their entry points (src/engines/index.ts, in-process.ts).',
       severity: 'error',
       from: { pathNot: '^src/engines/' },
-      to: { path: '^(src|dist)/engines/', pathNot: '^(src|dist)/engines/index\\.[jt]s$' },
+      to: { path: '^(src|dist)/engines/', pathNot: '^(src|dist)/engines/(index|in-process)\\.[jt]s$' },
+    },
+    {
+      name: 'local-engine-in-threads-only',
+      comment:
+        "The service runs the local engine in engine threads only: its processes' main threads never load TensorFlow.js.",
+      severity: 'error',
+      from: { path: '^src/', pathNot: '^src/engines/|\\.spec\\.ts$' },
+      to: { path: '^src/engines/in-process\\.ts$' },
     },
     {
       name: 'src-not-to-test',

@@ -8,8 +8,8 @@
  *
  *   node scripts/make-examples.mjs
  *
- * It builds the service (`tsc -p tsconfig.json`) and runs the engine through its entry point, dist/engines/index.js,
- * as the worker does; `--no-build` uses the dist/ already there.
+ * It builds the service (`tsc -p tsconfig.json`) and runs the engine in-process through its entry point,
+ * dist/engines/in-process.js (the worker runs the same engine in its engine threads); `--no-build` uses the dist/ already there.
  *
  * Output: docs/examples/<example>/input-<name>.jpg, output.jpg (or error.json) and docs/examples/README.md.
  * Deterministic.
@@ -29,7 +29,7 @@ const JPEG = { quality: 85, mozjpeg: true };
 if (!args.includes('--no-build')) {
   execFileSync(path.join(root, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: root, stdio: 'inherit' });
 }
-const { LocalEngine } = await import(pathToFileURL(path.join(root, 'dist/engines/index.js')).href);
+const { LocalEngine } = await import(pathToFileURL(path.join(root, 'dist/engines/in-process.js')).href);
 
 // ---------------------------------------------------------------------------------------------------------
 // Synthetic inputs

@@ -1,6 +1,7 @@
 /**
- * The engines' one entry point for everything outside `src/engines/`: the worker, scripts and benches import from
- * here and never from an engine's own files (`npm run lint:deps` holds them to it).
+ * The engines' entry point for everything outside `src/engines/`: the worker, scripts and benches import from here
+ * and never from an engine's own files (`npm run lint:deps` holds them to it). The local engine in the calling thread
+ * is the other entry point's, `in-process.ts`, which the service never imports.
  */
 export * from './engine.js';
 export { EngineRegistry } from './engine-registry.js';
@@ -12,9 +13,6 @@ export { ComfyServer } from './comfyui/comfyui.server.js';
 export { ReplicateServer } from './replicate/replicate.server.js';
 export { plainImage } from './plain-image.js';
 export { renderOutputs } from './renderer.js';
-export { LocalEngine } from './local/local.engine.js';
 export { CARD_HEIGHT, CARD_WIDTH } from './local/product-card.pipeline.js';
 export { ThreadedLocalEngine } from './local/threaded-local.engine.js';
-/** For the person bench: the models' load and one analysis, timed apart from a whole job. */
-export { analysePerson, personModels } from './local/person-model.js';
 export { decodeImage } from './local/raw-image.js';

@@ -7,8 +7,10 @@ import sharp from 'sharp';
 import type { Engine, EngineImage, EngineRequest } from '../../src/engines/index.js';
 import type { RenderedOutputs } from '../../src/engines/index.js';
 
-interface LocalEngines {
+interface InProcessEngine {
   LocalEngine: new (options?: { limitInputPixels?: number }) => Engine;
+}
+interface ThreadedEngine {
   ThreadedLocalEngine: new (threads: number, limitInputPixels: number) => Engine & { close(): Promise<void> };
 }
 interface EngineErrors {
@@ -21,10 +23,11 @@ interface Renderer {
 const LIMIT = 40_000_000;
 const dist = (path: string) => import(new URL(`../../dist/${path}`, import.meta.url).href);
 
-let engines: LocalEngines;
+let inProcess: InProcessEngine;
+let engines: ThreadedEngine;
 let errors: EngineErrors;
 let renderer: Renderer;
-let sut: InstanceType<LocalEngines['ThreadedLocalEngine']>;
+let sut: InstanceType<ThreadedEngine['ThreadedLocalEngine']>;
 let clothes: Buffer;
 
 const card = (images: Record<string, Buffer> = { clothes }, signal?: AbortSignal): EngineRequest => ({
@@ -50,7 +53,8 @@ const largeClothes = () =>
     .toBuffer();
 
 beforeAll(async () => {
-  engines = (await dist('engines/index.js')) as LocalEngines;
+  inProcess = (await dist('engines/in-process.js')) as InProcessEngine;
+  engines = (await dist('engines/index.js')) as ThreadedEngine;
   errors = (await dist('engines/index.js')) as EngineErrors;
   renderer = (await dist('engines/index.js')) as Renderer;
   clothes = await sharp({ create: { width: 400, height: 500, channels: 3, background: '#f4f4f4' } })
@@ -72,7 +76,7 @@ afterAll(async () => {
 
 it("renders the very files of the in-process engine's result, for jobs run side by side", async () => {
   const expected = await renderer.renderOutputs(
-    await new engines.LocalEngine({ limitInputPixels: LIMIT }).generate(card()),
+    await new inProcess.LocalEngine({ limitInputPixels: LIMIT }).generate(card()),
     LIMIT,
   );
 

@@ -14,7 +14,7 @@ const CONCURRENCY = Number(process.env.CONCURRENCY);
 const SIDE = Number(process.env.SIDE);
 
 const [clothes, person] = await Promise.all([makePhoto('clothes', SIDE, SIDE), makePhoto('person', SIDE, SIDE)]);
-const { LocalEngine } = await fromDist('engines/index.js');
+const { LocalEngine } = await fromDist('engines/in-process.js');
 const { renderOutputs } = await fromDist('engines/index.js');
 const engine = new LocalEngine({ limitInputPixels: 40_000_000 });
 

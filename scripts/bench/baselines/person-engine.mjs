@@ -31,7 +31,7 @@ const request = {
 };
 
 const loadMs = await new Promise((resolve, reject) => {
-  const model = pathToFileURL(join(DIST, 'engines/index.js')).href;
+  const model = pathToFileURL(join(DIST, 'engines/in-process.js')).href;
   const thread = new Worker(
     `const started = performance.now();
      import(${JSON.stringify(model)})
@@ -43,8 +43,8 @@ const loadMs = await new Promise((resolve, reject) => {
   thread.once('error', reject);
 });
 
-const { ThreadedLocalEngine, LocalEngine } = await fromDist('engines/index.js');
-const { analysePerson } = await fromDist('engines/index.js');
+const { ThreadedLocalEngine } = await fromDist('engines/index.js');
+const { LocalEngine, analysePerson } = await fromDist('engines/in-process.js');
 const { decodeImage } = await fromDist('engines/index.js');
 
 globalThis.gc();

@@ -114,7 +114,7 @@ export async function run() {
 }
 
 async function inProcessEngineMs(clothes) {
-  const { LocalEngine } = await fromDist('engines/index.js');
+  const { LocalEngine } = await fromDist('engines/in-process.js');
   const { renderOutputs } = await fromDist('engines/index.js');
   const engine = new LocalEngine({ limitInputPixels: 40_000_000 });
   const times = [];
