@@ -263,6 +263,15 @@ export class HistoryRepository {
     return rows.map((row) => row.id);
   }
 
+  /** Those of these items that are pending; an id with no row is left out. */
+  async pendingAmong(ids: readonly string[]): Promise<string[]> {
+    const rows = await this.db.read<{ id: string }>({
+      text: `SELECT id FROM history_items WHERE id = ANY($1::uuid[]) AND status = 'pending'`,
+      values: [ids],
+    });
+    return rows.map((row) => row.id);
+  }
+
   /** How long the oldest pending item has been pending, in seconds; 0 when none is (partial index on pending). */
   async oldestPendingSeconds(): Promise<number> {
     const [row] = await this.db.read<{ seconds: number | null }>({

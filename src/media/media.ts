@@ -41,5 +41,12 @@ export function inputKey(itemId: string, inputName: string): string {
   return `${itemId}-${inputName}`;
 }
 
+const INPUT_KEY = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-[^/]+$/;
+
+/** The item an input's key belongs to; undefined for a key that is not an input's. */
+export function itemIdOfInputKey(key: string): string | undefined {
+  return INPUT_KEY.exec(key)?.[1];
+}
+
 export const INPUT_STORE = Symbol('INPUT_STORE');
 export const MEDIA_STORE = Symbol('MEDIA_STORE');

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { inputKey, outputKey } from './media.js';
+import { inputKey, itemIdOfInputKey, outputKey } from './media.js';
 import { LocalObjectStore } from './object-store.js';
 
 describe('LocalObjectStore', () => {
@@ -64,6 +64,40 @@ describe('LocalObjectStore', () => {
 
     expect(await readdir(root)).toEqual([neighbour]);
     expect((await sut.get(outputKey(neighbour, 'stock'))).toString()).toBe('kept');
+  });
+
+  it('lists every object, in folders too, with when it was written; not a write in progress', async () => {
+    const id = randomUUID();
+    await sut.putFile(inputKey(id, 'person'), await upload('person bytes'));
+    await sut.put(outputKey(id, 'preview'), Buffer.from('webp bytes'));
+    const lastWeek = new Date('2026-01-05T10:00:00Z');
+    await utimes(join(root, inputKey(id, 'person')), lastWeek, lastWeek);
+    await writeFile(join(root, '.a-put-in-progress.tmp'), 'half an image');
+
+    const listed = [];
+    for await (const object of sut.list()) listed.push(object);
+
+    expect(listed.map(({ key }) => key).sort()).toEqual([inputKey(id, 'person'), outputKey(id, 'preview')].sort());
+    expect(listed.find(({ key }) => key === inputKey(id, 'person'))?.writtenAt).toEqual(lastWeek);
+  });
+
+  it('lists nothing before its folder is made', async () => {
+    const listed = [];
+    for await (const object of sut.list()) listed.push(object);
+
+    expect(listed).toEqual([]);
+    await mkdir(root);
+    for await (const object of sut.list()) listed.push(object);
+    expect(listed).toEqual([]);
+  });
+
+  it("reads an input's item from its key, and nothing from any other key", () => {
+    const id = randomUUID();
+
+    expect(itemIdOfInputKey(inputKey(id, 'clothes'))).toBe(id);
+    expect(itemIdOfInputKey(outputKey(id, 'preview'))).toBeUndefined();
+    expect(itemIdOfInputKey(`${id}-`)).toBeUndefined();
+    expect(itemIdOfInputKey('an-operators-note')).toBeUndefined();
   });
 
   it('refuses keys that would leave the store', async () => {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { copyFile, mkdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve, sep } from 'node:path';
+import { copyFile, mkdir, readdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 
 /**
@@ -20,6 +20,13 @@ export abstract class ObjectStore {
   abstract delete(keys: readonly string[]): Promise<void>;
   /** Removes every object whose key starts with `prefix/`. */
   abstract deleteFolder(prefix: string): Promise<void>;
+  /** Every object in the store, with when it was written. */
+  abstract list(): AsyncIterable<StoredObject>;
+}
+
+export interface StoredObject {
+  key: string;
+  writtenAt: Date;
 }
 
 /**
@@ -109,5 +116,24 @@ export class LocalObjectStore extends ObjectStore {
 
   async deleteFolder(prefix: string): Promise<void> {
     await rm(this.pathOf(prefix), { recursive: true, force: true });
+  }
+
+  async *list(): AsyncIterable<StoredObject> {
+    const entries = await readdir(this.root, { recursive: true, withFileTypes: true }).catch(
+      (error: NodeJS.ErrnoException) => {
+        // Made by the first object put: no folder, no objects.
+        if (error.code === 'ENOENT') return [];
+        throw error;
+      },
+    );
+    for (const entry of entries) {
+      // A name starting with a dot is a write in progress (`put`'s temporary file), not an object.
+      if (!entry.isFile() || entry.name.startsWith('.')) continue;
+      const path = join(entry.parentPath, entry.name);
+      const info = await stat(path).catch(() => undefined);
+      // Removed since the folder was read.
+      if (!info) continue;
+      yield { key: relative(this.root, path).split(sep).join('/'), writtenAt: info.mtime };
+    }
   }
 }

@@ -7,12 +7,13 @@ import {
   GetObjectCommand,
   ListObjectsV2Command,
   NoSuchKey,
+  type _Object,
   PutObjectCommand,
   S3Client,
 } from '@aws-sdk/client-s3';
 import type { StorageSetting } from '../config/config.js';
 import { outputContentType } from './media.js';
-import { assertSafeKey, ObjectStore } from './object-store.js';
+import { assertSafeKey, ObjectStore, type StoredObject } from './object-store.js';
 
 /** S3 lists at most 1000 keys a page and DeleteObjects takes at most 1000 keys a call. */
 const MAX_KEYS_PER_CALL = 1000;
@@ -113,20 +114,34 @@ export class S3ObjectStore extends ObjectStore {
 
   async deleteFolder(prefix: string): Promise<void> {
     const folder = `${this.objectKey(prefix)}/`;
+    for await (const objects of this.pages(folder)) {
+      await this.deleteObjects(
+        objects.map((object) => object.Key!),
+        `objects under ${folder}`,
+      );
+    }
+  }
+
+  async *list(): AsyncIterable<StoredObject> {
+    const { prefix } = this.options;
+    for await (const objects of this.pages(prefix)) {
+      for (const { Key, LastModified } of objects) yield { key: Key!.slice(prefix.length), writtenAt: LastModified! };
+    }
+  }
+
+  /** The objects whose keys start with `prefix` (already prefixed), a page at a time. */
+  private async *pages(prefix: string): AsyncIterable<_Object[]> {
     let continuationToken: string | undefined;
     do {
       const page = await this.client.send(
         new ListObjectsV2Command({
           Bucket: this.options.bucket,
-          Prefix: folder,
+          Prefix: prefix,
           MaxKeys: this.pageSize,
           ContinuationToken: continuationToken,
         }),
       );
-      await this.deleteObjects(
-        (page.Contents ?? []).map((object) => object.Key!),
-        `objects under ${folder}`,
-      );
+      yield page.Contents ?? [];
       continuationToken = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (continuationToken);
   }

@@ -155,6 +155,25 @@ describe('S3ObjectStore', () => {
     expect(await s3.keys(`media/${folder}/`)).toEqual([]);
   }, 60_000);
 
+  it('lists every object under its prefix over several pages, with when it was written, and no neighbour', async () => {
+    const prefix = `${randomUUID()}/`;
+    const sut = storeAt(prefix, { pageSize: 2 });
+    const keys = ['a-clothes', 'b-person', 'c/preview.webp', 'd-room', 'e-fabric'];
+    // S3 keeps the time of a write to the second.
+    const before = Math.floor(Date.now() / 1000) * 1000;
+    for (const key of keys) await sut.put(key, Buffer.from(key));
+    await storeAt(`${prefix.slice(0, -1)}x/`).put('a-neighbour', Buffer.from('not listed'));
+
+    const listed = [];
+    for await (const object of sut.list()) listed.push(object);
+
+    expect(listed.map(({ key }) => key).sort()).toEqual(keys);
+    for (const { writtenAt } of listed) {
+      expect(writtenAt.getTime()).toBeGreaterThanOrEqual(before);
+      expect(writtenAt.getTime()).toBeLessThanOrEqual(Date.now());
+    }
+  });
+
   it('deletes a folder that does not exist without complaint', async () => {
     await expect(storeAt('media/').deleteFolder(randomUUID())).resolves.toBeUndefined();
   });

@@ -1,11 +1,20 @@
+import { randomUUID } from 'node:crypto';
 import { mkdir, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { waitUntil } from '../../support/harness.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { type RunningService, startService } from '../../support/service.js';
+import { connect, insertItems, userIdOf } from '../../support/history.js';
+import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { filesUnder } from '../../support/uploads.js';
 
-describe('files that uploads left in UPLOAD_TMP_DIR (a process killed mid-request)', () => {
+/** Writes a file as if it had been written an hour ago, older than any upload in progress. */
+async function writeOld(path: string, data: string): Promise<void> {
+  await writeFile(path, data);
+  const anHourAgo = new Date(Date.now() - 3600_000);
+  await utimes(path, anHourAgo, anHourAgo);
+}
+
+describe('what uploads left behind (a process killed mid-request)', () => {
   let env: TestEnvironment;
   let sut: RunningService | undefined;
 
@@ -18,19 +27,52 @@ describe('files that uploads left in UPLOAD_TMP_DIR (a process killed mid-reques
     await env?.dispose();
   }, 30_000);
 
-  it('are removed when an API process starts, once older than any upload in progress; newer ones are kept', async () => {
+  it('in UPLOAD_TMP_DIR is removed when an API process starts, once older than any upload in progress; newer files are kept', async () => {
     const folder = env.serviceEnv.UPLOAD_TMP_DIR;
     await mkdir(folder, { recursive: true });
     const [leftover, inProgress] = ['a-photo-from-a-killed-process', 'an-upload-in-progress'];
-    await writeFile(join(folder, leftover), 'person.jpg bytes');
+    await writeOld(join(folder, leftover), 'person.jpg bytes');
     await writeFile(join(folder, inProgress), 'clothes.jpg bytes');
-    const anHourAgo = new Date(Date.now() - 3600_000);
-    await utimes(join(folder, leftover), anHourAgo, anHourAgo);
 
     sut = await startService({ ...env.serviceEnv, ROLE: 'api', LOG_LEVEL: 'info' });
 
     await waitUntil(async () => !(await filesUnder(folder)).includes(leftover), 'the leftover to be removed');
     expect(await filesUnder(folder)).toEqual([inProgress]);
     expect(sut.output()).toContain('removed files that uploads left behind');
+  }, 60_000);
+
+  it('in the input store is removed unless its job is pending: no item (killed before writing it), or one that ended', async () => {
+    // The first test's process made the tables; this one seeds them, then starts another.
+    await sut?.stop();
+    const db = await connect(env.databaseUrl);
+    let pendingId: string;
+    let completeId: string;
+    try {
+      const userId = await userIdOf(db, await createUserWithKey(env.databaseUrl));
+      const createdAt = new Date(Date.now() - 3600_000).toISOString();
+      [{ id: pendingId }, { id: completeId }] = await insertItems(db, userId, [
+        { status: 'pending', generationType: 'upper', createdAt },
+        { status: 'complete', generationType: 'upper', createdAt },
+      ]);
+    } finally {
+      await db.end();
+    }
+    const store = env.serviceEnv.INPUT_ROOT;
+    await mkdir(store, { recursive: true });
+    const kept = [`${pendingId}-person`, `${randomUUID()}-person`, 'an-operators-note'];
+    const stray = [`${randomUUID()}-person`, `${completeId}-clothes`];
+    await writeOld(join(store, kept[0]), 'a queued job waits for this');
+    await writeFile(join(store, kept[1]), 'a job being accepted right now');
+    await writeOld(join(store, kept[2]), 'not an input');
+    for (const key of stray) await writeOld(join(store, key), "someone's photo");
+
+    sut = await startService({ ...env.serviceEnv, ROLE: 'api', LOG_LEVEL: 'info' });
+
+    await waitUntil(
+      async () => (await filesUnder(store)).every((key) => !stray.includes(key)),
+      'the stray inputs to be removed',
+    );
+    expect((await filesUnder(store)).sort()).toEqual([...kept].sort());
+    expect(sut.output()).toContain('removed stored inputs of no pending job');
   }, 60_000);
 });
