@@ -9,7 +9,8 @@
  *   node scripts/make-examples.mjs
  *
  * It builds the service (`tsc -p tsconfig.json`) and runs the engine in-process through its entry point,
- * dist/engines/in-process.js (the worker runs the same engine in its engine threads); `--no-build` uses the dist/ already there.
+ * dist/engines/in-process.js (the worker runs the same engine in its engine threads); `--no-build` uses the dist/
+ * already there.
  *
  * Output: docs/examples/<example>/input-<name>.jpg, output.jpg (or error.json) and docs/examples/README.md.
  * Deterministic.
