@@ -73,10 +73,30 @@ const loadText = () =>
   loadavg()
     .map((l) => l.toFixed(1))
     .join(' ');
+/**
+ * The machine's CPU time so far, in ticks: all of it, and what the hypervisor gave other guests (steal) while this
+ * one's virtual CPUs were ready to run. Undefined where /proc/stat is not Linux's.
+ */
+function cpuTicks() {
+  try {
+    const [, ...fields] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).map(Number);
+    // user nice system idle iowait irq softirq steal; guest and guest_nice are already in user and nice.
+    return { total: fields.slice(0, 8).reduce((a, b) => a + b, 0), steal: fields[7] ?? 0 };
+  } catch {
+    return undefined;
+  }
+}
+/** The share of the machine's CPU time stolen since `before` (cpuTicks()), as text. */
+const stolenText = (before) => {
+  const after = cpuTicks();
+  if (!before || !after || after.total === before.total) return 'CPU stolen by the host: unknown';
+  return `CPU stolen by the host: ${((100 * (after.steal - before.steal)) / (after.total - before.total)).toFixed(0)}%`;
+};
 for (const name of selected) {
   if (interrupted()) break;
   const benchStarted = performance.now();
   const loadBefore = loadText();
+  const ticksBefore = cpuTicks();
   const module = await BENCHES[name]();
   log(`\n## ${name}: ${module.description}`);
   try {
@@ -88,7 +108,7 @@ for (const name of selected) {
   } finally {
     await runAllCleanups();
   }
-  load[name] = `${loadBefore} before, ${loadText()} after`;
+  load[name] = `${loadBefore} before, ${loadText()} after; ${stolenText(ticksBefore)}`;
   log(`  (${name} took ${((performance.now() - benchStarted) / 1000).toFixed(0)} s; load average ${load[name]})`);
 }
 
@@ -134,7 +154,7 @@ const notes = order.map((name) => {
   return `- ${name}: ${run.at}, commit ${run.commit}, ${run.machine}, load average (1/5/15 min) ${run.load}${failed}`;
 });
 const table = lines.join('\n');
-const markdown = `${table}\n\nMeasured with \`npm run bench\` (figures are noisy when other work shares the 2 cores; the bench itself keeps about 2 busy, so a 1-minute load average well above that means other work ran too):\n${notes.join('\n')}\n`;
+const markdown = `${table}\n\nMeasured with \`npm run bench\` (figures are noisy when other work shares the 2 cores; the bench itself keeps about 2 busy, so a 1-minute load average well above that means other work ran too; on a virtual machine, CPU time stolen by the host for other guests slows every figure down, unevenly, and above a few per cent makes ratios near their targets unreliable):\n${notes.join('\n')}\n`;
 
 log('\n## Summary\n');
 log(markdown);
