@@ -77,6 +77,16 @@ export class EngineRegistry implements OnApplicationShutdown {
     return this.routes.get(`${tool}/${generationType}`) ?? this.routes.get(tool) ?? this.localRoute;
   }
 
+  /**
+   * The remote server of this name in the routing file, whether routes lead to it or not (a rollout may have routed
+   * its tools elsewhere while it still runs what earlier attempts left it), with how many jobs it takes at once;
+   * undefined for `local` and for a name the file does not have.
+   */
+  server(name: string): { served: EngineServer<never>; concurrency: number | undefined } | undefined {
+    const server = this.servers.get(name);
+    return server && { served: server.served, concurrency: server.setting.concurrency };
+  }
+
   /** Each remote server by name, with whether it answered within `timeoutMs`. */
   async probe(timeoutMs: number): Promise<Record<string, { kind: RemoteEngineKind; up: boolean }>> {
     const entries = await Promise.all(

@@ -75,11 +75,6 @@ export type EngineImage =
 
 export interface Engine {
   generate(request: EngineRequest): Promise<EngineImage>;
-  /**
-   * Stops the run an attempt recorded in its `runs` (the text it remembered) when the job ended between attempts, so
-   * that no attempt will follow it. Engines whose runs end with their attempt have none. A failure is not raised.
-   */
-  abandon?(recorded: string): Promise<void>;
 }
 
 /**
@@ -89,6 +84,12 @@ export interface Engine {
  */
 export interface EngineServer<Route> {
   engineFor(route: Route): Engine;
+  /**
+   * Stops a run an engine of this server recorded in a job's `runs` (the text it remembered) when no attempt will
+   * follow it: the job ended between attempts, or a rollout routed it to another server. Any route's run, whatever
+   * the routes are now. Servers whose runs end with their attempt have none. A failure is not raised.
+   */
+  abandon?(recorded: string): Promise<void>;
   /** Resolves true when the server answers its health or status request within the signal's time. */
   probe(signal: AbortSignal): Promise<boolean>;
   close(): Promise<void>;

@@ -89,7 +89,7 @@ function workerWithCancelAfterRead() {
         handOver: () => {},
       }),
     } as unknown as EngineSlots,
-    { for: () => ({}) } as unknown as EngineRuns,
+    { for: () => ({}), abandon: () => Promise.resolve() } as unknown as EngineRuns,
     { start: () => ({ report: () => {}, end: () => {} }) } as unknown as JobProgress,
     { imageMaxPixels: 1_000_000, shutdownTimeoutMs: 1000 } as AppConfig,
     {

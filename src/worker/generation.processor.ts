@@ -139,6 +139,9 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     let handedOver = false;
 
     try {
+      // A run an earlier attempt left on a server the job's route no longer leads to (a rollout changed the routing
+      // file) would go on with nobody to take its result.
+      await this.runs.abandon(item, route.engineName);
       const images: Record<string, Buffer> = {};
       for (const [name, input] of Object.entries(item.inputs)) {
         const stored = await this.inputs.get(input.key);
@@ -164,7 +167,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
               texts: item.texts,
               signal,
               onProgress: progress.report,
-              runs: this.runs.for(id),
+              runs: this.runs.for(id, route.engineName),
               slot: turn.slot,
             }),
           );

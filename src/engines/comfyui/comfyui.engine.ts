@@ -104,12 +104,6 @@ export class ComfyEngine implements Engine {
     return { kind: 'encoded', data };
   }
 
-  /** The prompt leaves the queue, or is interrupted; one an attempt already stopped needs nothing more. */
-  async abandon(recorded: string): Promise<void> {
-    const run = decodeRun(recorded);
-    if (run && run.state !== 'stopped') await this.cancel(run.promptId);
-  }
-
   /**
    * A class the server lacks (a custom node not installed) fails the job naming it, before anything is uploaded; so
    * does a route's output node that is no output node (a VAEDecode, say): ComfyUI keeps only output nodes' images, so
@@ -192,7 +186,7 @@ export class ComfyEngine implements Engine {
     } catch (error) {
       if (handsOver(signal) && active.promptId) throw new RunHandedOver(`ComfyUI prompt ${active.promptId}`);
       if (signal?.aborted && active.promptId) {
-        await this.cancel(active.promptId);
+        await cancelPrompt(this.server.http, active.promptId);
         const stopped = encodeRun({ promptId: active.promptId, run: active.run, state: 'stopped' });
         await request.runs?.remember(stopped).catch(() => undefined);
       }
@@ -442,30 +436,29 @@ export class ComfyEngine implements Engine {
     }).toString();
     return this.server.http.download(view.toString(), signal);
   }
+}
 
-  /**
-   * The job ended here (canceled, deleted, timed out, shutdown): the prompt leaves the queue if still there, and is
-   * interrupted only if it is the one running (`/interrupt` takes a `prompt_id` on recent servers; older ones
-   * interrupt whatever runs, so it is asked only when this prompt is the one).
-   */
-  private async cancel(promptId: string): Promise<void> {
-    const { http } = this.server;
-    const signal = AbortSignal.timeout(CANCEL_TIMEOUT_MS);
-    const once = { retry: false, signal } as const;
-    try {
-      await http.request({ method: 'POST', path: '/queue', body: { delete: [promptId] }, ...once });
-      const queue = await http.json<{ queue_running?: unknown }>({
-        method: 'GET',
-        path: '/queue',
-        maxBytes: QUEUE_MAX_BYTES,
-        ...once,
-      });
-      if (queued(queue.queue_running, promptId)) {
-        await http.request({ method: 'POST', path: '/interrupt', body: { prompt_id: promptId }, ...once });
-      }
-    } catch {
-      // The job has ended whatever the server answers; an unreachable server has nothing to stop.
+/**
+ * The job ended (canceled, deleted, timed out, shutdown), or its prompt was abandoned between attempts: the prompt
+ * leaves the queue if still there, and is interrupted only if it is the one running (`/interrupt` takes a `prompt_id`
+ * on recent servers; older ones interrupt whatever runs, so it is asked only when this prompt is the one).
+ */
+export async function cancelPrompt(http: RemoteHttp, promptId: string): Promise<void> {
+  const signal = AbortSignal.timeout(CANCEL_TIMEOUT_MS);
+  const once = { retry: false, signal } as const;
+  try {
+    await http.request({ method: 'POST', path: '/queue', body: { delete: [promptId] }, ...once });
+    const queue = await http.json<{ queue_running?: unknown }>({
+      method: 'GET',
+      path: '/queue',
+      maxBytes: QUEUE_MAX_BYTES,
+      ...once,
+    });
+    if (queued(queue.queue_running, promptId)) {
+      await http.request({ method: 'POST', path: '/interrupt', body: { prompt_id: promptId }, ...once });
     }
+  } catch {
+    // The job has ended whatever the server answers; an unreachable server has nothing to stop.
   }
 }
 

@@ -1,8 +1,9 @@
 import type { ComfyRoute, ComfyServerSetting } from '../../config/engine-settings.js';
 import type { Engine, EngineLimits, EngineServer } from '../engine.js';
 import { RemoteHttp } from '../remote-http.js';
-import { ComfyEngine } from './comfyui.engine.js';
+import { cancelPrompt, ComfyEngine } from './comfyui.engine.js';
 import { ComfySocket } from './comfyui.socket.js';
+import { decodeRun } from './comfyui.workflow.js';
 
 /**
  * A ComfyUI server (ENGINES.md, "comfyui"): one HTTP client and one websocket per worker process, shared by every
@@ -39,6 +40,12 @@ export class ComfyServer implements EngineServer<ComfyRoute> {
 
   engineFor(route: ComfyRoute): Engine {
     return new ComfyEngine(route, { http: this.http, socket: this.socket });
+  }
+
+  /** The prompt leaves the queue, or is interrupted; one an attempt already stopped needs nothing more. */
+  async abandon(recorded: string): Promise<void> {
+    const run = decodeRun(recorded);
+    if (run && run.state !== 'stopped') await cancelPrompt(this.http, run.promptId);
   }
 
   /** `GET /system_stats` answering as ComfyUI does (its `system` facts) means up. */

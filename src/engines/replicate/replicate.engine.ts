@@ -100,7 +100,7 @@ export class ReplicateEngine implements Engine {
       }
       throw mapped;
     } finally {
-      if (!filesInUse) await this.deleteFiles(files);
+      if (!filesInUse) await deleteFiles(this.client, files);
     }
   }
 
@@ -144,15 +144,6 @@ export class ReplicateEngine implements Engine {
   }
 
   /**
-   * The prediction is canceled, and the files it read are deleted, at once: the job has ended, and its cancel or delete
-   * waits for this, at most CLEANUP_TIMEOUT_MS when Replicate does not answer.
-   */
-  async abandon(recorded: string): Promise<void> {
-    const state = parseRunState(recorded);
-    await Promise.all([this.cancel(state.prediction), this.deleteFiles(state.files)]);
-  }
-
-  /**
    * The prediction an earlier attempt of this job started, to follow instead of running the model again; none when
    * there was none, or it was canceled (by that attempt, on its way out) or is unknown to the API.
    */
@@ -172,7 +163,7 @@ export class ReplicateEngine implements Engine {
     if (prediction && prediction.status !== 'canceled' && prediction.status !== 'aborted') {
       return { prediction, state };
     }
-    await this.deleteFiles(state.files);
+    await deleteFiles(this.client, state.files);
     await runs?.forget();
     return undefined;
   }
@@ -198,7 +189,7 @@ export class ReplicateEngine implements Engine {
     } catch (error) {
       if (signal.aborted) {
         creating.then(
-          (late) => this.cancel(late.id),
+          (late) => cancelPrediction(this.client, late.id),
           () => undefined,
         );
       }
@@ -249,7 +240,7 @@ export class ReplicateEngine implements Engine {
         current = await this.client.predictions.get(current.id, { signal });
       }
     } catch (error) {
-      if (signal?.aborted && !handsOver(signal)) await this.cancel(current.id);
+      if (signal?.aborted && !handsOver(signal)) await cancelPrediction(this.client, current.id);
       throw error;
     }
   }
@@ -271,22 +262,6 @@ export class ReplicateEngine implements Engine {
       : await this.downloads.download(output, signal);
     await this.downloads.verifyImage(data);
     return data;
-  }
-
-  /** Tells Replicate to stop the prediction; a failure here cannot change the job's end, so it is not raised. */
-  private async cancel(id: string): Promise<void> {
-    await this.client.predictions
-      .cancel(id, { signal: AbortSignal.timeout(CLEANUP_TIMEOUT_MS) })
-      .catch(() => undefined);
-  }
-
-  /** Deletes uploaded inputs; one left behind expires on Replicate's side, so a failure is not the job's. */
-  private async deleteFiles(files: readonly string[]): Promise<void> {
-    await Promise.all(
-      files.map((id) =>
-        this.client.files.delete(id, { signal: AbortSignal.timeout(CLEANUP_TIMEOUT_MS) }).catch(() => undefined),
-      ),
-    );
   }
 
   /**
@@ -320,6 +295,30 @@ function notOfficial(model: string): PermanentEngineError {
 function apiResponse(error: unknown): Response | undefined {
   const response = (error as { response?: { status?: unknown } } | null)?.response;
   return typeof response?.status === 'number' ? (response as Response) : undefined;
+}
+
+/**
+ * A prediction a job's attempt left running (its run record) is canceled, and the files it read are deleted, at once:
+ * the job has ended, or runs elsewhere now, and whoever stops it waits for this, at most CLEANUP_TIMEOUT_MS when
+ * Replicate does not answer.
+ */
+export async function abandonPrediction(client: Replicate, recorded: string): Promise<void> {
+  const state = parseRunState(recorded);
+  await Promise.all([cancelPrediction(client, state.prediction), deleteFiles(client, state.files)]);
+}
+
+/** Tells Replicate to stop the prediction; a failure here cannot change the job's end, so it is not raised. */
+async function cancelPrediction(client: Replicate, id: string): Promise<void> {
+  await client.predictions.cancel(id, { signal: AbortSignal.timeout(CLEANUP_TIMEOUT_MS) }).catch(() => undefined);
+}
+
+/** Deletes uploaded inputs; one left behind expires on Replicate's side, so a failure is not the job's. */
+async function deleteFiles(client: Replicate, files: readonly string[]): Promise<void> {
+  await Promise.all(
+    files.map((id) =>
+      client.files.delete(id, { signal: AbortSignal.timeout(CLEANUP_TIMEOUT_MS) }).catch(() => undefined),
+    ),
+  );
 }
 
 /** A run record as `generate` writes it; an unreadable one names a prediction without files. */

@@ -8,7 +8,7 @@ import {
   type EngineServer,
 } from '../engine.js';
 import { describeUrl, networkErrorCode, RemoteHttp } from '../remote-http.js';
-import { ReplicateEngine } from './replicate.engine.js';
+import { abandonPrediction, ReplicateEngine } from './replicate.engine.js';
 
 /** One request's limit (an upload, a prediction's creation with its short wait, a poll, a download). */
 const REQUEST_TIMEOUT_MS = 30_000;
@@ -44,6 +44,10 @@ export class ReplicateServer implements EngineServer<ReplicateRoute> {
 
   engineFor(route: ReplicateRoute): Engine {
     return new ReplicateEngine(this.client, route, this.downloads, this.errorBodies, this.limits);
+  }
+
+  async abandon(recorded: string): Promise<void> {
+    await abandonPrediction(this.client, recorded);
   }
 
   /** The token's account: an authenticated answer means the API is up and the token good. */

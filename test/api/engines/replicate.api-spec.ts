@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Redis } from 'ioredis';
 import sharp from 'sharp';
 import { Client, createJob, type HistoryItemBody } from '../../support/client.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
@@ -19,8 +20,11 @@ import type { RunningService } from '../../support/service.js';
 
 const DOCUMENT = join(process.cwd(), 'test/fixtures/replicate/openapi.json');
 
-/** The operator's routing file of ENGINES.md: the `default` tool on a version of a Replicate model. */
-function enginesFile(baseUrl: string): string {
+/**
+ * The operator's routing file of ENGINES.md: the `default` tool on a version of a Replicate model; or, `routed: false`,
+ * the same server with no route to it (the tool back on the local engine), as a rollout may leave it.
+ */
+function enginesFile(baseUrl: string, { routed = true } = {}): string {
   return [
     'engines:',
     '  replicate:',
@@ -28,13 +32,17 @@ function enginesFile(baseUrl: string): string {
     '    token: ${REPLICATE_API_TOKEN}',
     `    base_url: ${baseUrl}`,
     '    concurrency: 2',
-    'routes:',
-    '  default:',
-    '    engine: replicate',
-    `    model: ${REAL_ESRGAN.name}`,
-    `    version: ${REAL_ESRGAN.version}`,
-    '    inputs: { image: image }',
-    '    params: { scale: 2 }',
+    ...(routed
+      ? [
+          'routes:',
+          '  default:',
+          '    engine: replicate',
+          `    model: ${REAL_ESRGAN.name}`,
+          `    version: ${REAL_ESRGAN.version}`,
+          '    inputs: { image: image }',
+          '    params: { scale: 2 }',
+        ]
+      : ['routes: {}']),
     '',
   ].join('\n');
 }
@@ -70,6 +78,8 @@ describe('the replicate engine in the built service', () => {
   let key: string;
   /** The routing file on the fake, and its token: every process's settings. */
   let settings: Record<string, string>;
+  /** The settings after a rollout that routed the `default` tool away from Replicate, the server still named. */
+  let routedAway: Record<string, string>;
 
   beforeAll(async () => {
     env = await createTestEnvironment();
@@ -84,6 +94,9 @@ describe('the replicate engine in the built service', () => {
     await writeFile(file, enginesFile(api.url));
     processes = new Processes(env);
     settings = { ENGINES_FILE: file, REPLICATE_API_TOKEN: fake.token };
+    const unrouted = join(env.dataDir, 'engines-unrouted.yaml');
+    await writeFile(unrouted, enginesFile(api.url, { routed: false }));
+    routedAway = { ENGINES_FILE: unrouted, REPLICATE_API_TOKEN: fake.token };
     service = await processes.start('all', settings);
     ({ key } = await createUser(env));
   }, 120_000);
@@ -178,6 +191,26 @@ describe('the replicate engine in the built service', () => {
     expect(api.violations).toEqual([]);
   }, 90_000);
 
+  it('follows a prediction recorded by the previous version, which kept no engine name, at the rollout to this one', async () => {
+    const apiAlone = await processes.start('api', settings);
+    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#3aa56e');
+    // The record as the previous version kept it: the engine's own text, without the server's name around it.
+    const redis = new Redis(env.redisUrl, { keyPrefix: `${env.redisPrefix}:` });
+    const stored = JSON.parse((await redis.get(`engine-run:${id}`)) ?? 'null') as { engine: string; run: string };
+    expect(stored.engine).toBe('replicate');
+    await redis.set(`engine-run:${id}`, stored.run, 'KEEPTTL');
+    redis.disconnect();
+
+    const next = await processes.start('worker', settings);
+    const item = await final(apiAlone.baseUrl, key, id, 45_000);
+    await processes.stop(next);
+
+    await expectCompleteWithOutputs(apiAlone.baseUrl, item);
+    expect(predictions()).toHaveLength(1);
+    expect(fake.cancels.slice(cancelsBefore)).toEqual([]);
+    expect(api.violations).toEqual([]);
+  }, 90_000);
+
   it('cancels the prediction a rollout left running when the job is canceled before its next attempt', async () => {
     // No worker comes after the one stopped: the API that takes the cancel stops the prediction.
     const apiAlone = await processes.start('api', settings);
@@ -187,6 +220,37 @@ describe('the replicate engine in the built service', () => {
 
     expect(canceled.status).toBe(200);
     expect(canceled.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+    const [prediction] = predictions();
+    expect(fake.cancels.slice(cancelsBefore)).toEqual([prediction.id]);
+    expect(prediction.status).toBe('canceled');
+    expect(api.violations).toEqual([]);
+  }, 90_000);
+
+  it('cancels the prediction a rollout left running when the job, since routed elsewhere, is canceled', async () => {
+    const apiAlone = await processes.start('api', routedAway);
+    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#a53a6e');
+
+    const canceled = await new Client(apiAlone.baseUrl, key).cancel(id);
+
+    expect(canceled.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+    const [prediction] = predictions();
+    expect(fake.cancels.slice(cancelsBefore)).toEqual([prediction.id]);
+    expect(prediction.status).toBe('canceled');
+    expect(api.violations).toEqual([]);
+  }, 90_000);
+
+  it("stops the prediction a rollout left running when the next worker's route runs the job elsewhere", async () => {
+    const apiAlone = await processes.start('api', routedAway);
+    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#6e3aa5');
+
+    const next = await processes.start('worker', routedAway);
+    const item = await final(apiAlone.baseUrl, key, id, 45_000);
+    await processes.stop(next);
+
+    // The local engine's result: the job's image enhanced, not the model's.
+    const outputs = await expectCompleteWithOutputs(apiAlone.baseUrl, item);
+    const stock = await sharp(outputs.stock).metadata();
+    expect({ width: stock.width, height: stock.height }).toEqual({ width: 280, height: 220 });
     const [prediction] = predictions();
     expect(fake.cancels.slice(cancelsBefore)).toEqual([prediction.id]);
     expect(prediction.status).toBe('canceled');
