@@ -8,6 +8,7 @@ import { createTestEnvironment, type TestEnvironment } from '../../support/envir
 import {
   type FakePredictionRecord,
   type FakeReplicate,
+  type FakeRun,
   REAL_ESRGAN,
   sha256,
   startFakeReplicate,
@@ -157,12 +158,16 @@ describe('the replicate engine in the built service', () => {
 
   /**
    * A job whose prediction runs when its worker stops past SHUTDOWN_TIMEOUT_MS, as at a rollout: the prediction is left
-   * running for the job's next attempt.
+   * running for the job's next attempt. It succeeds after 4 s, or, `plan` a hang, runs until it is canceled.
    */
-  async function leftRunningAtRollout(apiUrl: string, colour: string) {
+  async function leftRunningAtRollout(
+    apiUrl: string,
+    colour: string,
+    plan: FakeRun = { kind: 'succeed', steps: 8, stepMs: 500 },
+  ) {
     // Past this, a worker told to stop stops its jobs: far sooner than the prediction's run.
     const leaving = await processes.start('worker', { ...settings, SHUTDOWN_TIMEOUT_MS: '200' });
-    fake.run({ kind: 'succeed', steps: 8, stepMs: 500 });
+    fake.run(plan);
     const image = await makeImage(280, 220, 'png', colour);
     const id = await createJob(apiUrl, key, {
       tool: 'default',
@@ -228,7 +233,9 @@ describe('the replicate engine in the built service', () => {
 
   it('cancels the prediction a rollout left running when the job, since routed elsewhere, is canceled', async () => {
     const apiAlone = await processes.start('api', routedAway);
-    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#a53a6e');
+    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#a53a6e', {
+      kind: 'hang',
+    });
 
     const canceled = await new Client(apiAlone.baseUrl, key).cancel(id);
 
@@ -241,7 +248,10 @@ describe('the replicate engine in the built service', () => {
 
   it("stops the prediction a rollout left running when the next worker's route runs the job elsewhere", async () => {
     const apiAlone = await processes.start('api', routedAway);
-    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#6e3aa5');
+    // Running until stopped: a prediction that ended on its own before the next worker came would prove nothing.
+    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#6e3aa5', {
+      kind: 'hang',
+    });
 
     const next = await processes.start('worker', routedAway);
     const item = await final(apiAlone.baseUrl, key, id, 45_000);
