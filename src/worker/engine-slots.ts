@@ -46,8 +46,11 @@ export class EngineSlots {
       identifier: jobId,
       lockTimeout: this.config.jobLockMs,
       refreshInterval: Math.max(100, Math.floor(this.config.jobLockMs / 3)),
-      onLockLost: (error: Error) =>
-        this.logger.warn({ err: error, id: jobId, engine }, 'an engine slot lapsed while its job ran'),
+      onLockLost: (error: Error) => {
+        // A job deleted as it runs has its slot freed by the process that deleted it, while this one stops it.
+        if (signal.aborted) this.logger.debug({ id: jobId, engine }, 'the slot of a stopped job was freed elsewhere');
+        else this.logger.warn({ err: error, id: jobId, engine }, 'an engine slot lapsed while its job ran');
+      },
     };
     const shared = new Semaphore(this.redis, key, concurrency, { ...options, acquiredExternally: true });
     const own = new Semaphore(this.redis, key, concurrency, options);
