@@ -180,71 +180,63 @@ describe('the replicate engine in the built service', () => {
     return { id, predictions: () => fake.predictions.filter(ours), cancelsBefore };
   }
 
-  it('leaves its prediction running at a rollout, for the next worker to follow: created once, never canceled', async () => {
-    // An API and workers apart, as deployed: the worker stopped here is the one running the job.
-    await processes.stop(service);
-    const apiAlone = await processes.start('api', settings);
-    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#3a6ea5');
-
-    const next = await processes.start('worker', settings);
-    const item = await final(apiAlone.baseUrl, key, id, 45_000);
-    await processes.stop(next);
-
-    await expectCompleteWithOutputs(apiAlone.baseUrl, item);
-    expect(predictions()).toHaveLength(1);
-    expect(fake.cancels.slice(cancelsBefore)).toEqual([]);
-    expect(api.violations).toEqual([]);
-  }, 90_000);
-
-  it('follows a prediction recorded by the previous version, which kept no engine name, at the rollout to this one', async () => {
-    const apiAlone = await processes.start('api', settings);
-    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#3aa56e');
-    // The record as the previous version kept it: the engine's own text, without the server's name around it.
+  /** Rewrites a job's run record as the previous version kept it: the engine's own text, without its server's name. */
+  async function recordAsThePreviousVersion(id: string): Promise<void> {
     const redis = new Redis(env.redisUrl, { keyPrefix: `${env.redisPrefix}:` });
-    const stored = JSON.parse((await redis.get(`engine-run:${id}`)) ?? 'null') as { engine: string; run: string };
-    expect(stored.engine).toBe('replicate');
-    await redis.set(`engine-run:${id}`, stored.run, 'KEEPTTL');
-    redis.disconnect();
+    try {
+      const stored = JSON.parse((await redis.get(`engine-run:${id}`)) ?? 'null') as { engine: string; run: string };
+      expect(stored.engine).toBe('replicate');
+      await redis.set(`engine-run:${id}`, stored.run, 'KEEPTTL');
+    } finally {
+      redis.disconnect();
+    }
+  }
 
-    const next = await processes.start('worker', settings);
-    const item = await final(apiAlone.baseUrl, key, id, 45_000);
-    await processes.stop(next);
+  it.each([
+    { recorded: 'by this version', colour: '#3a6ea5', byThePreviousVersion: false },
+    { recorded: 'by the previous version, with no server name', colour: '#3aa56e', byThePreviousVersion: true },
+  ])(
+    'leaves its prediction running at a rollout, for the next worker to follow: created once, never canceled (recorded $recorded)',
+    async ({ colour, byThePreviousVersion }) => {
+      // An API and workers apart, as deployed: the worker stopped here is the one running the job.
+      await processes.stop(service);
+      const apiAlone = await processes.start('api', settings);
+      const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, colour);
+      if (byThePreviousVersion) await recordAsThePreviousVersion(id);
 
-    await expectCompleteWithOutputs(apiAlone.baseUrl, item);
-    expect(predictions()).toHaveLength(1);
-    expect(fake.cancels.slice(cancelsBefore)).toEqual([]);
-    expect(api.violations).toEqual([]);
-  }, 90_000);
+      const next = await processes.start('worker', settings);
+      const item = await final(apiAlone.baseUrl, key, id, 45_000);
+      await processes.stop(next);
 
-  it('cancels the prediction a rollout left running when the job is canceled before its next attempt', async () => {
-    // No worker comes after the one stopped: the API that takes the cancel stops the prediction.
-    const apiAlone = await processes.start('api', settings);
-    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#6ea53a');
+      await expectCompleteWithOutputs(apiAlone.baseUrl, item);
+      expect(predictions()).toHaveLength(1);
+      expect(fake.cancels.slice(cancelsBefore)).toEqual([]);
+      expect(api.violations).toEqual([]);
+    },
+    90_000,
+  );
 
-    const canceled = await new Client(apiAlone.baseUrl, key).cancel(id);
+  it.each([
+    { files: 'the same routing file', settingsOf: () => settings, colour: '#6ea53a' },
+    { files: 'a routing file that sends the tool elsewhere', settingsOf: () => routedAway, colour: '#a53a6e' },
+  ])(
+    'cancels the prediction a rollout left running when the job is canceled before its next attempt, by an API with $files',
+    async ({ settingsOf, colour }) => {
+      // No worker comes after the one stopped: the API that takes the cancel stops the prediction.
+      const apiAlone = await processes.start('api', settingsOf());
+      const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, colour, { kind: 'hang' });
 
-    expect(canceled.status).toBe(200);
-    expect(canceled.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
-    const [prediction] = predictions();
-    expect(fake.cancels.slice(cancelsBefore)).toEqual([prediction.id]);
-    expect(prediction.status).toBe('canceled');
-    expect(api.violations).toEqual([]);
-  }, 90_000);
+      const canceled = await new Client(apiAlone.baseUrl, key).cancel(id);
 
-  it('cancels the prediction a rollout left running when the job, since routed elsewhere, is canceled', async () => {
-    const apiAlone = await processes.start('api', routedAway);
-    const { id, predictions, cancelsBefore } = await leftRunningAtRollout(apiAlone.baseUrl, '#a53a6e', {
-      kind: 'hang',
-    });
-
-    const canceled = await new Client(apiAlone.baseUrl, key).cancel(id);
-
-    expect(canceled.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
-    const [prediction] = predictions();
-    expect(fake.cancels.slice(cancelsBefore)).toEqual([prediction.id]);
-    expect(prediction.status).toBe('canceled');
-    expect(api.violations).toEqual([]);
-  }, 90_000);
+      expect(canceled.status).toBe(200);
+      expect(canceled.body).toMatchObject({ status: 'error', error: { code: 'canceled' } });
+      const [prediction] = predictions();
+      expect(fake.cancels.slice(cancelsBefore)).toEqual([prediction.id]);
+      expect(prediction.status).toBe('canceled');
+      expect(api.violations).toEqual([]);
+    },
+    90_000,
+  );
 
   it("stops the prediction a rollout left running when the next worker's route runs the job elsewhere", async () => {
     const apiAlone = await processes.start('api', routedAway);
