@@ -1,5 +1,5 @@
-import { register } from 'node:module';
-import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders, RequestOptions } from 'node:http';
+import { createRequire, register } from 'node:module';
+import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders, RequestOptions, Server } from 'node:http';
 import type { Attributes, Span } from '@opentelemetry/api';
 import type { Request } from 'express';
 import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
@@ -25,6 +25,29 @@ const INSTRUMENTED = ['http', 'https', 'pg', 'pg-pool', 'ioredis'];
  */
 function isUntracedRequest(request: Pick<IncomingMessage, 'method'>): boolean {
   return request.method === 'GET' || request.method === 'HEAD';
+}
+
+/**
+ * Lets the server's untraced requests bypass the http instrumentation, which is left the traced ones only. The
+ * instrumentation patches `http.Server.prototype.emit` and, for a request its ignore hook passes over, still runs
+ * the request in a context of its own and rebinds its request and response: it gives both its own copies of
+ * `on`, `once`, `addListener`, `removeListener`... that wrap every listener Node, Express and the service add, so
+ * each of them runs in a context switch. None of that serves a read, whose database and Redis calls are untraced
+ * anyway (`requireParentSpan`): with it an item GET took a fifth more CPU than with tracing off, and without it
+ * none measurably more (docs/performance.md, the `tracing` rows).
+ *
+ * Run once the SDK has started: requiring `http` then is what makes the instrumentation patch it.
+ */
+function serveUntracedRequestsBare(): void {
+  type Emit = (this: Server, event: string | symbol, ...args: unknown[]) => boolean;
+  const { Server } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
+  const instrumented = (Server.prototype as unknown as { emit: Emit }).emit;
+  // What `Server` emitted with before the instrumentation: it has no `emit` of its own, it inherits one.
+  const bare = (Object.getPrototypeOf(Server.prototype) as { emit: Emit }).emit;
+  Server.prototype.emit = function emit(this: Server, event: string | symbol, ...args: unknown[]): boolean {
+    const untraced = event === 'request' && isUntracedRequest(args[0] as IncomingMessage);
+    return (untraced ? bare : instrumented).call(this, event, ...args);
+  };
 }
 
 /**
@@ -89,13 +112,14 @@ export function startTracing(settings: TracingSettings): void {
     logRecordProcessors: [],
     traceExporter: settings.protocol === 'http/json' ? new JsonExporter() : new ProtobufExporter(),
     instrumentations: [
+      // Queue polling, event fan-out, metrics, sweeps and reads (a media file streamed from S3) would each be a trace
+      // of one span: only calls made for a traced request or a job are traced.
       new HttpInstrumentation({
         ignoreIncomingRequestHook: isUntracedRequest,
+        requireParentforOutgoingSpans: true,
         applyCustomAttributesOnSpan: nameAfterRoute,
         startOutgoingSpanHook: webhookUrlAttributes,
       }),
-      // Queue polling, event fan-out, metrics and sweeps would each be a trace of one span: only calls made for a
-      // request or a job are traced.
       // A span per pool checkout would double the database spans of every request for little: the queries stay.
       new PgInstrumentation({ requireParentSpan: true, ignoreConnectSpans: true }),
       new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: redisStatement }),
@@ -105,4 +129,5 @@ export function startTracing(settings: TracingSettings): void {
     ],
   });
   sdk.start();
+  serveUntracedRequestsBare();
 }
