@@ -20,8 +20,9 @@ const INSTRUMENTED = ['http', 'https', 'pg', 'pg-pool', 'ioredis'];
  * The requests that get a trace: those that create or change something (a job, a cancel, a rating, a deletion, a
  * webhook secret rotated), that is every method but GET and HEAD. A trace follows a job (OPERATIONS.md); reads belong
  * to none, and their latency per route is Prometheus's (`http_request_duration_seconds`). Tracing them would cost more
- * than the read: an item GET answers in under 0.1 ms of CPU, and its server, database and Redis spans took twice that
- * (docs/performance.md). Probes, scrapes, history pages and event streams (a GET that lasts hours) are all reads.
+ * than the read: an item GET's server, database and Redis spans take more CPU than its whole answer
+ * (docs/performance.md, Tracing). Probes, scrapes, history pages and event streams (a GET that lasts hours) are all
+ * reads.
  */
 function isUntracedRequest(request: Pick<IncomingMessage, 'method'>): boolean {
   return request.method === 'GET' || request.method === 'HEAD';
@@ -33,10 +34,9 @@ function isUntracedRequest(request: Pick<IncomingMessage, 'method'>): boolean {
  * the request in a context of its own and rebinds its request and response: it gives both its own copies of
  * `on`, `once`, `addListener`, `removeListener`... that wrap every listener Node, Express and the service add, so
  * each of them runs in a context switch. None of that serves a read, whose database and Redis calls are untraced
- * anyway (`requireParentSpan`): with it an item GET took a fifth more CPU than with tracing off, and without it
- * none measurably more (docs/performance.md, the `tracing` rows).
+ * anyway (`requireParentSpan`), and it was most of what tracing cost a read (docs/performance.md, Tracing).
  *
- * Run once the SDK has started: requiring `http` then is what makes the instrumentation patch it.
+ * Run once the SDK has started, so that the `http` it requires is the one the instrumentation has patched.
  */
 function serveUntracedRequestsBare(): void {
   type Emit = (this: Server, event: string | symbol, ...args: unknown[]) => boolean;
@@ -54,7 +54,7 @@ function serveUntracedRequestsBare(): void {
  * Names a request's span after the route that answered it (`DELETE /user/generation-history/:id`, `http.route`), with
  * the route label the HTTP metrics use: the template, never the URL with its ids. Requests no route took keep the
  * method alone, as OpenTelemetry's semantic conventions ask. (OpenTelemetry's Express instrumentation would name it
- * too, but it does its work on every Express layer of every request, traced or not: a tenth of an item GET's
+ * too, but it does its work on every Express layer of every request, traced or not, which a read pays for in
  * throughput, for a name the metrics already compute.)
  */
 function nameAfterRoute(span: Span, request: ClientRequest | IncomingMessage): void {

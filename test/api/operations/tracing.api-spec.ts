@@ -281,7 +281,7 @@ describe('traces', () => {
     });
   });
 
-  // A read taken by the instrumentation, though not traced, cost a fifth more CPU than with tracing off.
+  // A read taken by the instrumentation, though not traced, cost CPU for nothing (docs/performance.md, Tracing).
   it('leaves reads to Node as they are and gives the http instrumentation the requests it traces', async () => {
     expect(await requestsTheInstrumentationTakes(receiver.endpoint)).toEqual({
       GET: false,
