@@ -59,14 +59,15 @@ export class EngineRuns {
    * result nobody takes. The job goes on, or has ended, whatever the server says: a failure is logged, not raised.
    */
   async abandon(job: { id: string; tool: string; generationType: string }, unlessOn?: string): Promise<void> {
+    const key = engineRunKey(job.id);
     try {
-      const stored = decodeStoredRun(await this.redis.get(engineRunKey(job.id)));
+      const stored = decodeStoredRun(await this.redis.get(key));
       if (!stored) return;
       const engine = stored.engine ?? this.engines.route(job.tool, job.generationType).engineName;
       if (engine === unlessOn) return;
       const server = this.engines.server(engine);
       if (!server) {
-        await this.redis.del(engineRunKey(job.id));
+        await this.redis.del(key);
         this.logger.warn(
           { id: job.id, engine },
           'the run of a job left on an engine the routing file no longer names cannot be stopped',
@@ -75,7 +76,7 @@ export class EngineRuns {
       }
       if (!server.served.abandon) return;
       await server.served.abandon(stored.run);
-      await this.redis.del(engineRunKey(job.id));
+      await this.redis.del(key);
       // A run left at a rollout keeps its job's slot for the next attempt, which will not come: the server is free now.
       if (server.concurrency !== undefined) {
         const options = { identifier: job.id, acquiredExternally: true } as const;
