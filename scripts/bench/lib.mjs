@@ -483,17 +483,21 @@ export async function runLoad({ concurrency, durationMs, timeoutMs = 30_000, ...
 }
 
 /**
- * Closed-loop load on several servers in turn, `rounds` times (A, B, A, B...), after one warm-up each, with
- * every round and the best rounds' CPU per request printed. `sides`: name -> { target, pid } (`target` as for
- * runLoad). Other work on the machine only ever slows a round down, so a side's best round (most req/s) is the
- * closest to its real cost. Returns name -> the best round's result: runLoad's plus `cpuMsPerRequest` (the server
+ * Closed-loop load on several servers in turn, `rounds` times, after one warm-up each, with every round and the best
+ * rounds' CPU per request printed. `sides`: name -> { target, pid } (`target` as for runLoad). Each round starts one
+ * side further along (A B C, B C A, C A B...; two sides: A B, B A), so that no side always runs right after the same
+ * other one, or first: a round inherits the previous one's leftovers (PostgreSQL's writes, files to sweep). Other
+ * work on the machine only ever slows a round down, so a side's best round (most req/s) is the closest to its real
+ * cost. Returns name -> the best round's result: runLoad's plus `cpuMsPerRequest` (the server
  * process's CPU over the round per 2xx answer; PostgreSQL and Redis not included).
  */
 export async function alternateLoads(sides, { rounds = 2, concurrency, durationMs, warmupMs }) {
   const results = Object.fromEntries(Object.keys(sides).map((name) => [name, []]));
   for (const { target } of Object.values(sides)) await runLoad({ ...target, concurrency, durationMs: warmupMs });
+  const entries = Object.entries(sides);
   for (let round = 0; round < rounds; round++) {
-    for (const [name, { target, pid }] of Object.entries(sides)) {
+    const start = round % entries.length;
+    for (const [name, { target, pid }] of [...entries.slice(start), ...entries.slice(0, start)]) {
       const [result, cpu] = await withCpu(pid, () => runLoad({ ...target, concurrency, durationMs }));
       log(`  ${describeLoad(name.padEnd(8), result)}`);
       results[name].push({ ...result, cpuMsPerRequest: cpu / result.ok });

@@ -9,8 +9,8 @@
  *   `on`'s cost that is Node's context propagation (OpenTelemetry's context manager is an AsyncLocalStorage), which
  *   every request pays, traced or not (reads are not traced).
  * (Four processes in all, started together once a fifth has applied the migrations.) Two loads on each, alternating,
- * 6 s rounds, best round per side: job creation (16 connections, fashion_swap with two 1024x1024 JPEGs) and item GET
- * (50 connections, over the items the creations made), five rounds each.
+ * 4 s rounds, best round per side: job creation (16 connections, fashion_swap with two 1024x1024 JPEGs) and item GET
+ * (50 connections, over the items the creations made), eight rounds each.
  * Targets: on / off >= 0.85, off / before >= 0.97.
  */
 import { execFileSync } from 'node:child_process';
@@ -34,12 +34,13 @@ import {
 const CREATE_CONNECTIONS = 16;
 const GET_CONNECTIONS = 50;
 const WARMUP_MS = 2_000;
-const DURATION_MS = 6_000;
+const DURATION_MS = 4_000;
 /**
  * The same side's rounds swing by up to a third on a shared 2-core machine, creations and reads alike, with the data
- * on disk or on tmpfs: five rounds give each side its quiet one.
+ * on disk or on tmpfs: eight short rounds give each side its quiet one, and each side runs twice in each place of the
+ * round's order (alternateLoads turns it).
  */
-const ROUNDS = 5;
+const ROUNDS = 8;
 const PATH = '/generation/generate_image_v2/';
 const UNLIMITED = { LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' };
 /** Preloaded by the `context` side: enables AsyncLocalStorage's hooks as OpenTelemetry's first context switch does. */
