@@ -52,8 +52,9 @@ export async function run() {
     await writeFile(join(folder, 'engines.yaml'), img2imgRouting(fake.url, { concurrency: SLOTS }));
     const settings = {
       ENGINES_FILE: join(folder, 'engines.yaml'),
-      // Twice the server's slots, as docs/engines.md advises: a job is ready the moment a slot frees.
-      WORKER_CONCURRENCY: String(2 * SLOTS),
+      // Three times the server's slots, as docs/engines.md advises for a model this fast: a job is ready the moment a
+      // slot frees, while others still store their results.
+      WORKER_CONCURRENCY: String(3 * SLOTS),
       LIMIT_MAX_PENDING: '100000',
       LIMIT_CREATIONS_PER_MINUTE: '100000',
     };

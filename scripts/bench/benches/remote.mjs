@@ -59,8 +59,9 @@ export async function run() {
   );
   const settings = {
     ENGINES_FILE: enginesFile,
-    // Twice the GPU's slots, as docs/engines.md advises: a job is ready the moment a slot frees.
-    WORKER_CONCURRENCY: String(2 * SLOTS),
+    // Three times the GPU's slots, as docs/engines.md advises for a model this fast: a job is ready the moment a
+    // slot frees, while others still store their results.
+    WORKER_CONCURRENCY: String(3 * SLOTS),
     LIMIT_MAX_PENDING: '1000000',
     LIMIT_CREATIONS_PER_MINUTE: '1000000',
   };
