@@ -492,9 +492,9 @@ export async function runLoad({ concurrency, durationMs, timeoutMs = 30_000, ...
  * process's CPU over the round per 2xx answer; PostgreSQL and Redis not included).
  */
 export async function alternateLoads(sides, { rounds = 2, concurrency, durationMs, warmupMs }) {
-  const results = Object.fromEntries(Object.keys(sides).map((name) => [name, []]));
-  for (const { target } of Object.values(sides)) await runLoad({ ...target, concurrency, durationMs: warmupMs });
   const entries = Object.entries(sides);
+  const results = Object.fromEntries(entries.map(([name]) => [name, []]));
+  for (const [, { target }] of entries) await runLoad({ ...target, concurrency, durationMs: warmupMs });
   for (let round = 0; round < rounds; round++) {
     const start = round % entries.length;
     for (const [name, { target, pid }] of [...entries.slice(start), ...entries.slice(0, start)]) {
