@@ -91,11 +91,16 @@ export class HistoryRepository {
     return row;
   }
 
-  async findJob(id: string): Promise<JobRow | undefined> {
-    const [row] = await this.db.query<JobRow>({
-      text: `SELECT id, user_id AS "userId", tool, generation_type AS "generationType", status, inputs, texts
+  /**
+   * The item a job is for, and whether it was created more than `deadlineSeconds` ago (by the database's clock, the
+   * one the reconciler's sweep reads).
+   */
+  async findJob(id: string, deadlineSeconds: number): Promise<(JobRow & { pastDeadline: boolean }) | undefined> {
+    const [row] = await this.db.query<JobRow & { pastDeadline: boolean }>({
+      text: `SELECT id, user_id AS "userId", tool, generation_type AS "generationType", status, inputs, texts,
+                    created_at < now() - make_interval(secs => $2) AS "pastDeadline"
                FROM history_items WHERE id = $1`,
-      values: [id],
+      values: [id, deadlineSeconds],
     });
     return row;
   }
@@ -252,13 +257,17 @@ export class HistoryRepository {
     });
   }
 
-  /** The ids of the oldest pending items created more than `seconds` ago (partial index on pending). */
-  async pendingOlderThan(seconds: number, limit: number): Promise<string[]> {
+  /**
+   * The ids of the oldest pending items created more than `seconds` ago and, with `notOlderThan`, at most that many
+   * seconds ago (partial index on pending).
+   */
+  async pendingOlderThan(seconds: number, limit: number, notOlderThan?: number): Promise<string[]> {
     const rows = await this.db.query<{ id: string }>({
       text: `SELECT id FROM history_items
               WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)
+                AND ($3::float8 IS NULL OR created_at >= now() - make_interval(secs => $3))
               ORDER BY created_at LIMIT $2`,
-      values: [seconds, limit],
+      values: [seconds, limit, notOlderThan ?? null],
     });
     return rows.map((row) => row.id);
   }

@@ -16,6 +16,8 @@ import { JobProgress } from './job-progress.js';
  */
 const FILE_REMOVALS_AT_ONCE = 8;
 
+const TIMEOUT_MESSAGE = 'The job did not finish in time.';
+
 /**
  * The one place a job changes state, with the files each change leaves behind and the event it announces:
  *
@@ -115,12 +117,22 @@ export class JobLifecycle {
    * the item was no longer pending.
    */
   async timeOut(id: string): Promise<boolean> {
-    const item = await this.items.failWhilePending(id, 'timeout', 'The job did not finish in time.');
+    const item = await this.items.failWhilePending(id, 'timeout', TIMEOUT_MESSAGE);
     const dropped = await this.queue.drop(id);
     if (!item) return false;
     await this.ended(item, 'timeout');
     await this.stopLeftRun(item, dropped);
     return true;
+  }
+
+  /**
+   * Ends `timeout` a pending job that a worker took past its deadline, as the reconciler's sweep would have, without
+   * running it. The worker holds the job, so nobody else stops the run an earlier attempt left going: this does.
+   */
+  async timeOutTaken(job: JobRow): Promise<void> {
+    const item = await this.items.failWhilePending(job.id, 'timeout', TIMEOUT_MESSAGE);
+    if (item) await this.ended(item, 'timeout');
+    await this.runs.abandon(job);
   }
 
   /**

@@ -118,7 +118,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
 
   private async runWatched(delivery: Delivery, endedElsewhere: AbortSignal): Promise<void> {
     const id = delivery.historyItemId;
-    const item = await this.items.findJob(id);
+    const item = await this.items.findJob(id, this.config.jobDeadlineMs / 1000);
     if (!item) {
       // Deleting an item drops its queued job, so this is a deletion racing the job's start, or jobs of another
       // database: a deployment sharing this Redis and prefix takes this one's jobs, which the reconciler re-queues.
@@ -128,6 +128,8 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       );
     }
     if (item?.status !== 'pending') return this.lifecycle.removeLeftovers(id, item);
+    // Queued (or queued again) for longer than its deadline: it ends as the reconciler would end it, and never runs.
+    if (item.pastDeadline) return this.lifecycle.timeOutTaken(item);
     // A later attempt's wait includes its backoff, which says nothing about the queue.
     if (delivery.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - delivery.queuedAt) / 1000);
     const route = this.engines.route(item.tool, item.generationType);

@@ -90,7 +90,10 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
 
   private async requeueOrphans(): Promise<number> {
     let count = 0;
-    for (const id of await this.items.pendingOlderThan(ORPHAN_GRACE_SECONDS, SWEEP_BATCH)) {
+    // An item past its deadline is never run again, only ended `timeout`: one that passed it since expireOverdue read
+    // the items (or was inserted already past it) is left to the next sweep's expireOverdue.
+    const deadlineSeconds = this.config.jobDeadlineMs / 1000;
+    for (const id of await this.items.pendingOlderThan(ORPHAN_GRACE_SECONDS, SWEEP_BATCH, deadlineSeconds)) {
       const state = await this.queue.stateOf(id);
       // Gone from Redis (lost, evicted), or ended without its row being updated: queue it again. A failed job whose
       // item is still pending could not write its outcome, so the database was down at its last attempt, and its

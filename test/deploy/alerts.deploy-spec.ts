@@ -204,6 +204,8 @@ describe('the metrics the alerts and the dashboard read', () => {
       ENGINE_FABRIC: `cog:${fabricCog.url}`,
       JOB_DEADLINE_MS: String(DEADLINE_MS),
       ENGINE_TIMEOUT_MS: String(DEADLINE_MS),
+      // The timeout test waits for the reconciler's sweep: a sweep a second keeps the wait far below final()'s 30 s.
+      RECONCILE_INTERVAL_MS: '1000',
     };
     [api] = await Promise.all([
       processes.start('api', { ...settings, METRICS_PORT: ports.api }),
@@ -287,7 +289,7 @@ describe('the metrics the alerts and the dashboard read', () => {
     // The client can see the item end a moment before the reconciler, which ended it, has counted it.
     const counted = async () =>
       sampleValue(await scrapeText(ports.worker), 'igs_reconciler_items_total', { action: 'timeout' });
-    await waitUntil(async () => ((await counted()) ?? 0) > 0, 'the reconciler to count the item it ended', 5_000);
+    await waitUntil(async () => ((await counted()) ?? 0) > 0, 'the reconciler to count the item it ended');
     expect(await counted()).toBe(1);
     expect(sampleValue(await scrapeText(ports.api), 'igs_reconciler_items_total', { action: 'timeout' })).toBe(0);
   }, 60_000);

@@ -298,9 +298,8 @@ describe('ReplicateEngine against the fake through Prism', () => {
     const error = await running;
 
     const { id } = fake.predictions[0];
-    // The cancel reaches Replicate within a second of the signal (on a busy machine, through Prism, its first try may
-    // be cut and repeated by the client).
-    await fake.waitFor((f) => f.cancels.includes(id), 'the cancel to reach Replicate', 1000);
+    // On a busy machine, through Prism, the cancel's first try may be cut and repeated by the client.
+    await fake.waitFor((f) => f.cancels.includes(id), 'the cancel to reach Replicate');
 
     expect(error).toEqual(new Error('item canceled'));
     expect(fake.cancels).toEqual([id]);

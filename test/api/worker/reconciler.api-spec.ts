@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import sharp from 'sharp';
 import { inputKey } from '../../../src/media/media.js';
+import { GENERATE_JOB } from '../../../src/queue/queues.js';
 import { type FakeCogAnswer, sha256 } from '../../support/fake-cog.js';
 import {
   cogEngine,
@@ -112,6 +113,20 @@ describe('the reconciler', () => {
     const item = await final(api.baseUrl, key, id);
 
     await expectFailedLeavingNothing(env, api.baseUrl, item, 'timeout');
+    expect(fake.requestsFor(clothes)).toHaveLength(0);
+  }, 60_000);
+
+  it('never runs a job a worker takes after its item passed the deadline: it ends as timeout', async () => {
+    const { env, fake, queue, api, key } = block;
+    const clothes = await uniqueImage();
+    const id = await insertOrphan(clothes, (2 * DEADLINE_MS) / 1000);
+    // Queued as the reconciler's re-queue of a lost job would queue it; the worker takes it at once, before a sweep.
+    await queue.add(GENERATE_JOB, { historyItemId: id }, { jobId: id });
+
+    const item = await final(api.baseUrl, key, id);
+
+    await expectFailedLeavingNothing(env, api.baseUrl, item, 'timeout');
+    await jobSettled(queue, id);
     expect(fake.requestsFor(clothes)).toHaveLength(0);
   }, 60_000);
 });
