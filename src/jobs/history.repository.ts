@@ -95,10 +95,10 @@ export class HistoryRepository {
    * The item a job is for, and whether it was created more than `deadlineSeconds` ago (by the database's clock, the
    * one the reconciler's sweep reads).
    */
-  async findJob(id: string, deadlineSeconds: number): Promise<(JobRow & { pastDeadline: boolean }) | undefined> {
-    const [row] = await this.db.query<JobRow & { pastDeadline: boolean }>({
+  async findJob(id: string, deadlineSeconds: number): Promise<(JobRow & { overdue: boolean }) | undefined> {
+    const [row] = await this.db.query<JobRow & { overdue: boolean }>({
       text: `SELECT id, user_id AS "userId", tool, generation_type AS "generationType", status, inputs, texts,
-                    created_at < now() - make_interval(secs => $2) AS "pastDeadline"
+                    created_at < now() - make_interval(secs => $2) AS overdue
                FROM history_items WHERE id = $1`,
       values: [id, deadlineSeconds],
     });

@@ -129,7 +129,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     }
     if (item?.status !== 'pending') return this.lifecycle.removeLeftovers(id, item);
     // Queued (or queued again) for longer than its deadline: it ends as the reconciler would end it, and never runs.
-    if (item.pastDeadline) return this.lifecycle.timeOutTaken(item);
+    if (item.overdue) return this.lifecycle.timeOutTaken(item);
     // A later attempt's wait includes its backoff, which says nothing about the queue.
     if (delivery.attemptsMade === 0) this.metrics.observeQueueWait(item.tool, (Date.now() - delivery.queuedAt) / 1000);
     const route = this.engines.route(item.tool, item.generationType);
