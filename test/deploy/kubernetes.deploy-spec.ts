@@ -534,7 +534,7 @@ describe.each(OVERLAYS)('deploy/kubernetes/overlays/%s', (overlay) => {
   });
 });
 
-describe('components/gpu-pool, in overlays/production-gpu', () => {
+describe('the GPU pool of overlays/production-gpu', () => {
   let objects: KubernetesObject[];
 
   beforeAll(async () => {
