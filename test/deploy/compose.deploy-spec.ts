@@ -11,6 +11,7 @@ import { inputsFor } from '../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../support/service.js';
 import {
   copiedPaths,
+  documentedSettings,
   healthcheckCommand,
   imageCommand,
   imageEnvironment,
@@ -36,12 +37,6 @@ function composeValidator() {
   ajv.addFormat('expose', /^\d+(-\d+)?(\/(tcp|udp|sctp))?$/);
   ajv.addFormat('subnet_ip_address', /^[0-9a-f:.]+\/\d{1,3}$/i);
   return ajv.compile(composeSchema);
-}
-
-/** Names of the settings .env.example documents, set or commented out. */
-function documentedSettings(): Set<string> {
-  const text = readFileSync(join(REPO_ROOT, '.env.example'), 'utf8');
-  return new Set([...text.matchAll(/^#?\s*([A-Z][A-Z0-9_]*)=/gm)].map((match) => match[1]));
 }
 
 const APP_ROLES = ['migrate', 'api', 'worker'] as const;

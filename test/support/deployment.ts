@@ -25,6 +25,12 @@ export function loadCompose(): { services: Record<string, ComposeService>; [key:
   return parse(readFileSync(COMPOSE_FILE, 'utf8'), { merge: true }) as { services: Record<string, ComposeService> };
 }
 
+/** Names of the settings .env.example documents, set or commented out: every variable the service reads. */
+export function documentedSettings(): Set<string> {
+  const text = readFileSync(new URL('../../.env.example', import.meta.url), 'utf8');
+  return new Set([...text.matchAll(/^#?\s*([A-Z][A-Z0-9_]*)=/gm)].map((match) => match[1]));
+}
+
 /** The instructions of the Dockerfile's last stage (the runtime image), continuation lines joined. */
 function runtimeInstructions(): string[] {
   const lines = readFileSync(DOCKERFILE, 'utf8')
