@@ -39,6 +39,7 @@ describe('AppConfig', () => {
       expect(sut.imageMinSide).toBe(64);
       expect(sut.imageMaxSide).toBe(8192);
       expect(sut.imageMaxPixels).toBe(40_000_000);
+      expect(sut.outputMaxPixels).toBe(100_000_000);
       expect(sut.limitMaxPending).toBe(10);
       expect(sut.limitCreationsPerMinute).toBe(60);
       expect(sut.authCacheTtlMs).toBe(10_000);

@@ -60,6 +60,11 @@ export class AppConfig {
   readonly imageMinSide: number;
   readonly imageMaxSide: number;
   readonly imageMaxPixels: number;
+  /**
+   * Largest image, in pixels, a model server may send back and the worker decodes: above the upload limit, since an
+   * upscaler's result of a large photo is larger than any upload may be.
+   */
+  readonly outputMaxPixels: number;
   readonly limitMaxPending: number;
   readonly limitCreationsPerMinute: number;
   readonly workerConcurrency: number;
@@ -139,6 +144,7 @@ export class AppConfig {
     this.imageMinSide = read.IMAGE_MIN_SIDE;
     this.imageMaxSide = read.IMAGE_MAX_SIDE ?? 8192;
     this.imageMaxPixels = read.IMAGE_MAX_PIXELS;
+    this.outputMaxPixels = read.OUTPUT_MAX_PIXELS;
     this.limitMaxPending = read.LIMIT_MAX_PENDING;
     this.limitCreationsPerMinute = read.LIMIT_CREATIONS_PER_MINUTE;
     this.workerConcurrency = read.WORKER_CONCURRENCY;

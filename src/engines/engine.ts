@@ -98,10 +98,10 @@ export interface EngineServer<Route> {
 
 /** What every engine is held to, from the service's own settings. */
 export interface EngineLimits {
-  /** Largest output image accepted, in decoded bytes. */
+  /** Largest output image accepted, in bytes as downloaded. */
   maxOutputBytes: number;
-  /** Largest image, in pixels, an engine decodes. */
-  limitInputPixels: number;
+  /** Largest output image accepted, in pixels (OUTPUT_MAX_PIXELS): read from its header, before it is ever decoded. */
+  maxOutputPixels: number;
   /** Shortest side of a model's output: an uploaded image's least. */
   minOutputSide: number;
 }

@@ -26,6 +26,8 @@ export interface RemoteHttpOptions {
   requestTimeoutMs: number;
   /** Largest output image accepted, in bytes. */
   maxOutputBytes: number;
+  /** Largest output image accepted, in pixels. */
+  maxOutputPixels: number;
   /** Shortest side of an output image accepted. */
   minOutputSide: number;
   /** Names the server in messages: "Cog", "ComfyUI". */
@@ -59,11 +61,11 @@ export class RemoteHttp {
 
   /**
    * The output is a JPEG, PNG or WebP image sharp can read, no side of it shorter than an upload's may be, or the model
-   * failed the job: a model that answers a 1x1 image has not made a result. (Its pixels are bounded as it is
-   * downloaded and decoded; its longest side is not: an upscaler's may well pass an upload's.)
+   * failed the job: a model that answers a 1x1 image has not made a result. Its pixels are bounded by OUTPUT_MAX_PIXELS,
+   * read from its header before it is decoded; its longest side is not: an upscaler's may well pass an upload's.
    */
   async verifyImage(data: Buffer): Promise<void> {
-    const { what, minOutputSide } = this.options;
+    const { what, minOutputSide, maxOutputPixels } = this.options;
     let metadata: Metadata;
     try {
       metadata = await sharp(data).metadata();
@@ -78,6 +80,12 @@ export class RemoteHttp {
       throw engineFailed(
         `${what} output is ${width}x${height} px; each side must be at least ${minOutputSide} px`,
         `The model made a ${width}x${height} px image, which is no result.`,
+      );
+    }
+    if (width * height > maxOutputPixels) {
+      throw engineFailed(
+        `${what} output is ${width}x${height} px, more than the ${maxOutputPixels} pixels OUTPUT_MAX_PIXELS allows`,
+        `The model made a ${width}x${height} px image, larger than this service takes.`,
       );
     }
   }

@@ -183,7 +183,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       });
       await turn.end();
       progress.end();
-      const outputs = await renderOutputs(result, this.config.imageMaxPixels);
+      const outputs = await renderOutputs(result, this.config.outputMaxPixels);
       const completed = await this.lifecycle.complete(id, () =>
         inSpan('store outputs', { attributes: { 'igs.item_id': id } }, async () => {
           await Promise.all([

@@ -22,7 +22,7 @@ const VTON_SCHEMA: FakeCogSchema = {
   required: ['human_img', 'garm_img', 'garment_des'],
 };
 
-const LIMITS = { maxOutputBytes: 1024 * 1024, limitInputPixels: 4096 * 4096, minOutputSide: 64 };
+const LIMITS = { maxOutputBytes: 1024 * 1024, maxOutputPixels: 4096 * 4096, minOutputSide: 64 };
 
 function solid(width: number, height: number, background: string): ReturnType<typeof sharp> {
   return sharp({ create: { width, height, channels: 3, background } });
@@ -293,6 +293,17 @@ describe('CogServer against a fake Cog model', () => {
       const sut = new CogServer(setting(), { ...LIMITS, maxOutputBytes: big.length - 1 }).engineFor(route());
 
       expectEngineFailed(await rejection(sut.generate(request())), /larger than/);
+    });
+
+    it('refuses an output of more pixels than OUTPUT_MAX_PIXELS, read from its header', async () => {
+      const wide = await solid(200, 100, '#123456').png().toBuffer();
+      fake.behave(() => ({ kind: 'succeed', image: wide }));
+      const limited = new CogServer(setting(), { ...LIMITS, maxOutputPixels: 200 * 100 - 1 }).engineFor(route());
+
+      const error = await rejection(limited.generate(request()));
+
+      expectEngineFailed(error, /output is 200x100 px, more than the 19999 pixels OUTPUT_MAX_PIXELS allows/);
+      expect(await engine().generate(request())).toEqual({ kind: 'encoded', data: wide });
     });
 
     it.each([

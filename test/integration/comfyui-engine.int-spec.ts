@@ -60,7 +60,7 @@ function serverFor(url: string): ComfyServer {
   };
   return new ComfyServer(setting, {
     maxOutputBytes: 64 * 1024 * 1024,
-    limitInputPixels: 40_000_000,
+    maxOutputPixels: 40_000_000,
     minOutputSide: 64,
   });
 }

@@ -22,7 +22,7 @@ import { memoryRuns } from '../support/run-record.js';
 import { startPrismProxy, type PrismProxy } from '../support/prism-proxy.js';
 
 const DOCUMENT = join(process.cwd(), 'test/fixtures/replicate/openapi.json');
-const LIMITS = { maxOutputBytes: 16 * 1024 * 1024, limitInputPixels: 16_000_000, minOutputSide: 64 };
+const LIMITS = { maxOutputBytes: 16 * 1024 * 1024, maxOutputPixels: 16_000_000, minOutputSide: 64 };
 
 let fake: FakeReplicate;
 let api: PrismProxy;

@@ -102,10 +102,13 @@ describe('the replicate engine in the built service', () => {
     const file = join(env.dataDir, 'engines.yaml');
     await writeFile(file, enginesFile(api.url));
     processes = new Processes(env);
-    settings = { ENGINES_FILE: file, REPLICATE_API_TOKEN: fake.token };
+    // Uploads of at most 80,000 px, which every job here sends: the model's 256x320 result (81,920 px) is larger than
+    // any upload may be, as an upscaler's result is, and completes all the same (OUTPUT_MAX_PIXELS).
+    const limits = { IMAGE_MAX_PIXELS: '80000' };
+    settings = { ENGINES_FILE: file, REPLICATE_API_TOKEN: fake.token, ...limits };
     const unrouted = join(env.dataDir, 'engines-unrouted.yaml');
     await writeFile(unrouted, enginesFile(api.url, { routed: false }));
-    routedAway = { ENGINES_FILE: unrouted, REPLICATE_API_TOKEN: fake.token };
+    routedAway = { ENGINES_FILE: unrouted, REPLICATE_API_TOKEN: fake.token, ...limits };
     service = await processes.start('all', settings);
     ({ key } = await createUser(env));
   }, 120_000);
