@@ -257,12 +257,32 @@ function misnamedShortcuts(given: Record<string, string>): string[] {
 
 function engineShortcut(name: string, value: string | undefined, problems: string[]): EngineShortcut {
   if (value === undefined || value === 'local') return { kind: 'local' };
-  if (value.startsWith('cog:')) {
-    const url = value.slice('cog:'.length);
-    if (/^https?:\/\/[^/]/.test(url)) return { kind: 'cog', url: url.replace(/\/+$/, '') };
+  const url = value.startsWith('cog:') ? parsedUrl(value.slice('cog:'.length)) : undefined;
+  if (url && ['http:', 'https:'].includes(url.protocol) && url.hostname) {
+    // The shortcut's URL is its server's name, and names are written in log lines, span attributes and Redis keys.
+    if (url.username || url.password) {
+      problems.push(
+        `${name} must not hold credentials in its URL ("${withoutCredentials(value)}"): it names the server in logs, traces and Redis keys; route the tool with ENGINES_FILE and send them in its engine's headers`,
+      );
+      return { kind: 'local' };
+    }
+    return { kind: 'cog', url: value.slice('cog:'.length).replace(/\/+$/, '') };
   }
-  problems.push(`${name} must be "local" or "cog:<http(s) URL of a Cog server>", got "${value}"`);
+  problems.push(`${name} must be "local" or "cog:<http(s) URL of a Cog server>", got "${withoutCredentials(value)}"`);
   return { kind: 'local' };
+}
+
+function parsedUrl(text: string): URL | undefined {
+  try {
+    return new URL(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A value for a message, its URL's user and password (`//user:pass@`) left out. */
+function withoutCredentials(value: string): string {
+  return value.replace(/\/\/[^/@]*@/, '//…@');
 }
 
 /** A job may run as long as its engine's timeout allows before the reconciler ends it `timeout`. */
