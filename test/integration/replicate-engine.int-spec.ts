@@ -391,10 +391,17 @@ describe('ReplicateEngine against the fake through Prism', () => {
 
     // The worker forgets the run only once the job's result is stored: until then, another attempt finds it.
     expect(runs.value).toContain(fake.predictions[0].id);
-    const again = await sut.generate(job(image, { runs }));
+    const turns: string[] = [];
+    const slot = {
+      take: () => Promise.resolve(void turns.push('take')),
+      free: () => Promise.resolve(void turns.push('free')),
+    };
+    const again = await sut.generate(job(image, { runs, slot }));
 
     expect(bytesOf(again)).toEqual(bytesOf(first));
     expect(fake.predictions).toHaveLength(1);
+    // A prediction that has ended needs no turn on the model to be read again.
+    expect(turns.filter((turn) => turn === 'take')).toEqual([]);
   });
 
   it('keeps a failed prediction for an attempt after one whose failure was not recorded, which fails alike', async () => {

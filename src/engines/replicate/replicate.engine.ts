@@ -82,7 +82,8 @@ export class ReplicateEngine implements Engine {
         await runs?.remember(JSON.stringify(run.state));
       }
       filesInUse = true;
-      await request.slot?.take();
+      // A prediction an earlier attempt saw end (its result not stored) needs no turn on the model to be read again.
+      if (!FINAL_STATUSES.has(prediction.status)) await request.slot?.take();
       prediction = await this.follow(prediction, request);
       filesInUse = false;
       // The model is done with the job: the output's download is the service's work, not the model's.
