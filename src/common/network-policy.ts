@@ -1,7 +1,9 @@
-import { BlockList, isIP } from 'node:net';
+import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
+import { BlockList, isIP, type LookupFunction } from 'node:net';
 
 /**
- * Addresses a webhook must not reach unless the operator allows private networks: loopback, private, link-local
+ * Addresses a webhook must not reach unless the operator allows private networks, nor a model's output not on its
+ * server's own origin: loopback, private, link-local
  * (cloud metadata services live there), carrier-grade NAT, multicast, reserved and unspecified ranges, and the IPv6
  * addresses that carry one of those IPv4 addresses (BlockList itself checks IPv4-mapped ones against the IPv4 rules).
  */
@@ -50,7 +52,7 @@ function sixToFour(ipv4: string): string {
   return `2002:${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}::`;
 }
 
-/** Whether an IP address (v4 or v6, IPv4-mapped v6 included) is one a webhook must not reach. */
+/** Whether an IP address (v4 or v6, IPv4-mapped v6 included) is one of those above. */
 export function isPrivateAddress(address: string): boolean {
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
   if (mapped) return PRIVATE.check(mapped[1], 'ipv4');
@@ -58,6 +60,29 @@ export function isPrivateAddress(address: string): boolean {
   if (family === 0) return true;
   return PRIVATE.check(address, family === 4 ? 'ipv4' : 'ipv6');
 }
+
+/** A connection refused because its host is, or resolves to, an address of the kinds above. */
+export class RefusedAddress extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RefusedAddress';
+  }
+}
+
+/**
+ * Resolves like `dns.lookup` and refuses private addresses: the check is on the address the socket then connects to,
+ * so a name that resolves to a private address, now or after a DNS change, is refused too. An address written in the
+ * URL is connected to without a lookup: check it with `isPrivateAddress` first.
+ */
+export const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
+  dnsLookup(hostname, { ...options, all: true }, (error, addresses: LookupAddress[]) => {
+    if (error) return callback(error, '', 4);
+    const refused = addresses.find((entry) => isPrivateAddress(entry.address));
+    if (refused) return callback(new RefusedAddress(`${hostname} resolves to ${refused.address}`), '', 4);
+    if (options.all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses);
+    callback(null, addresses[0].address, addresses[0].family);
+  });
+};
 
 export interface WebhookUrlPolicy {
   allowHttp: boolean;

@@ -39,6 +39,7 @@ describe('AppConfig', () => {
       expect(sut.imageMinSide).toBe(64);
       expect(sut.imageMaxSide).toBe(8192);
       expect(sut.imageMaxPixels).toBe(40_000_000);
+      expect(sut.outputMaxPixels).toBe(100_000_000);
       expect(sut.limitMaxPending).toBe(10);
       expect(sut.limitCreationsPerMinute).toBe(60);
       expect(sut.authCacheTtlMs).toBe(10_000);
@@ -129,6 +130,25 @@ describe('AppConfig', () => {
 
     expect(error.message).toContain(name);
     expect(error.problems).toHaveLength(1);
+  });
+
+  it.each(['cog:https://user:s3cr3t-pa55@cog.example', 'cog:http://:s3cr3t-pa55@h:5000', 'cog:http://user@h:5000'])(
+    'refuses credentials in a shortcut URL, which would name its server in logs, traces and Redis keys: %s',
+    (value) => {
+      const error = configErrorFrom({ ENGINE_FASHION_SWAP: value });
+
+      expect(error.problems).toEqual([
+        expect.stringMatching(/^ENGINE_FASHION_SWAP must not hold credentials in its URL .*ENGINES_FILE .*headers$/),
+      ]);
+      expect(error.message).not.toMatch(/s3cr3t-pa55|user@/);
+    },
+  );
+
+  it('never echoes a password from a shortcut it cannot read', () => {
+    const error = configErrorFrom({ ENGINE_FASHION_SWAP: 'cog:ftp://user:s3cr3t-pa55@h:5000' });
+
+    expect(error.problems).toEqual([expect.stringContaining('ENGINE_FASHION_SWAP must be "local" or "cog:')]);
+    expect(error.message).not.toContain('s3cr3t-pa55');
   });
 
   it('rejects a shortcut for a tool that does not exist, naming the shortcuts there are', () => {

@@ -60,6 +60,11 @@ export class AppConfig {
   readonly imageMinSide: number;
   readonly imageMaxSide: number;
   readonly imageMaxPixels: number;
+  /**
+   * Largest image, in pixels, a model server may send back and the worker decodes: above the upload limit, since an
+   * upscaler's result of a large photo is larger than any upload may be.
+   */
+  readonly outputMaxPixels: number;
   readonly limitMaxPending: number;
   readonly limitCreationsPerMinute: number;
   readonly workerConcurrency: number;
@@ -139,6 +144,7 @@ export class AppConfig {
     this.imageMinSide = read.IMAGE_MIN_SIDE;
     this.imageMaxSide = read.IMAGE_MAX_SIDE ?? 8192;
     this.imageMaxPixels = read.IMAGE_MAX_PIXELS;
+    this.outputMaxPixels = read.OUTPUT_MAX_PIXELS;
     this.limitMaxPending = read.LIMIT_MAX_PENDING;
     this.limitCreationsPerMinute = read.LIMIT_CREATIONS_PER_MINUTE;
     this.workerConcurrency = read.WORKER_CONCURRENCY;
@@ -251,12 +257,32 @@ function misnamedShortcuts(given: Record<string, string>): string[] {
 
 function engineShortcut(name: string, value: string | undefined, problems: string[]): EngineShortcut {
   if (value === undefined || value === 'local') return { kind: 'local' };
-  if (value.startsWith('cog:')) {
-    const url = value.slice('cog:'.length);
-    if (/^https?:\/\/[^/]/.test(url)) return { kind: 'cog', url: url.replace(/\/+$/, '') };
+  const url = value.startsWith('cog:') ? parsedUrl(value.slice('cog:'.length)) : undefined;
+  if (url && ['http:', 'https:'].includes(url.protocol) && url.hostname) {
+    // The shortcut's URL is its server's name, and names are written in log lines, span attributes and Redis keys.
+    if (url.username || url.password) {
+      problems.push(
+        `${name} must not hold credentials in its URL ("${withoutCredentials(value)}"): it names the server in logs, traces and Redis keys; route the tool with ENGINES_FILE and send them in its engine's headers`,
+      );
+      return { kind: 'local' };
+    }
+    return { kind: 'cog', url: value.slice('cog:'.length).replace(/\/+$/, '') };
   }
-  problems.push(`${name} must be "local" or "cog:<http(s) URL of a Cog server>", got "${value}"`);
+  problems.push(`${name} must be "local" or "cog:<http(s) URL of a Cog server>", got "${withoutCredentials(value)}"`);
   return { kind: 'local' };
+}
+
+function parsedUrl(text: string): URL | undefined {
+  try {
+    return new URL(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A value for a message, its URL's user and password (`//user:pass@`) left out. */
+function withoutCredentials(value: string): string {
+  return value.replace(/\/\/[^/@]*@/, '//…@');
 }
 
 /** A job may run as long as its engine's timeout allows before the reconciler ends it `timeout`. */

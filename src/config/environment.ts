@@ -250,6 +250,7 @@ export class EnvironmentVariables {
   /** Unset: 8192, whatever IMAGE_MIN_SIDE is; a default of the class would be checked against it. */
   @IsOptional() @WholeNumber(validImageMinSide, MAX_IMAGE_SIDE) IMAGE_MAX_SIDE?: number;
   @WholeNumber(1, 1_000_000_000) IMAGE_MAX_PIXELS = 40_000_000;
+  @WholeNumber(1, 1_000_000_000) OUTPUT_MAX_PIXELS = 100_000_000;
   @WholeNumber(1, 1_000_000) LIMIT_MAX_PENDING = 10;
   @WholeNumber(1, 1_000_000) LIMIT_CREATIONS_PER_MINUTE = 60;
   @WholeNumber(1, 256) WORKER_CONCURRENCY = 2;

@@ -7,7 +7,7 @@ import type { Engine, EngineLimits, EngineServer } from './engine.js';
 import { ThreadedLocalEngine } from './local/threaded-local.engine.js';
 import { ReplicateServer } from './replicate/replicate.server.js';
 
-/** Largest image a remote engine may send back: the upload limit's pixels at four bytes each. */
+/** Largest file a remote engine may send back: the output limit's pixels at four bytes each. */
 const BYTES_PER_PIXEL = 4;
 
 /** Where one job of a tool and generation type runs. */
@@ -54,8 +54,8 @@ export class EngineRegistry implements OnApplicationShutdown {
       timeoutMs: config.engineTimeoutMs,
     };
     const limits: EngineLimits = {
-      maxOutputBytes: config.imageMaxPixels * BYTES_PER_PIXEL,
-      limitInputPixels: config.imageMaxPixels,
+      maxOutputBytes: config.outputMaxPixels * BYTES_PER_PIXEL,
+      maxOutputPixels: config.outputMaxPixels,
       minOutputSide: config.imageMinSide,
     };
     for (const setting of config.engineRouting.servers) {

@@ -46,7 +46,8 @@ export interface EngineRequest {
  * The job's turn on its model server: one of the `concurrency` jobs the server takes at once, counted across all
  * workers. A remote engine takes it just before it hands the job to the model and frees it as soon as the model is done
  * with it, so that its uploads, downloads and checks overlap other jobs' turns and the server never waits on the
- * service. The engine's `timeout` does not run while the job waits for its turn. Both are safe to call more than once.
+ * service. The engine's `timeout` does not run while the job waits for its turn. Both are safe to call more than once;
+ * a take after a free waits for a turn again (a run the server lost after it said it was done, queued again).
  */
 export interface EngineSlot {
   take(): Promise<void>;
@@ -97,10 +98,10 @@ export interface EngineServer<Route> {
 
 /** What every engine is held to, from the service's own settings. */
 export interface EngineLimits {
-  /** Largest output image accepted, in decoded bytes. */
+  /** Largest output image accepted, in bytes as downloaded. */
   maxOutputBytes: number;
-  /** Largest image, in pixels, an engine decodes. */
-  limitInputPixels: number;
+  /** Largest output image accepted, in pixels (OUTPUT_MAX_PIXELS): read from its header, before it is ever decoded. */
+  maxOutputPixels: number;
   /** Shortest side of a model's output: an uploaded image's least. */
   minOutputSide: number;
 }

@@ -1,12 +1,16 @@
+import https from 'node:https';
+import { isIP } from 'node:net';
+import { Readable } from 'node:stream';
 import sharp, { type Metadata } from 'sharp';
 import { IMAGE_MIME_TYPES, imageFormatOf } from '../common/image-format.js';
+import { isPrivateAddress, publicOnlyLookup, RefusedAddress } from '../common/network-policy.js';
 import { EngineTimeoutError, PermanentEngineError, TransientEngineError } from './engine.js';
 
 /**
  * HTTP as every remote engine speaks it (ENGINES.md, "All kinds"): one request has a time limit and a size limit on
  * its answer; unreachable, 5xx, 429, 409, 408 and a request's timeout are tried again (3 attempts in all, with
  * backoff); other statuses are the model server refusing the job. Outputs are downloaded only from the server's own
- * origin or over https.
+ * origin, or over https from a public address (the webhooks' rules).
  */
 
 /** Cut for model error text and error bodies quoted in failure messages. */
@@ -16,6 +20,9 @@ const ERROR_BODY_MAX_BYTES = 64 * 1024;
 /** Attempts of one request before its failure is the job attempt's failure. */
 export const REQUEST_ATTEMPTS = 3;
 const RETRY_BASE_DELAY_MS = 250;
+/** Redirects an output's download follows, each one's target judged as the output's URL is. */
+const MAX_REDIRECTS = 5;
+const REDIRECT_STATUSES: ReadonlySet<number> = new Set([301, 302, 303, 307, 308]);
 
 export interface RemoteHttpOptions {
   /** The server's base URL; paths are resolved under it. */
@@ -26,6 +33,8 @@ export interface RemoteHttpOptions {
   requestTimeoutMs: number;
   /** Largest output image accepted, in bytes. */
   maxOutputBytes: number;
+  /** Largest output image accepted, in pixels. */
+  maxOutputPixels: number;
   /** Shortest side of an output image accepted. */
   minOutputSide: number;
   /** Names the server in messages: "Cog", "ComfyUI". */
@@ -59,11 +68,11 @@ export class RemoteHttp {
 
   /**
    * The output is a JPEG, PNG or WebP image sharp can read, no side of it shorter than an upload's may be, or the model
-   * failed the job: a model that answers a 1x1 image has not made a result. (Its pixels are bounded as it is
-   * downloaded and decoded; its longest side is not: an upscaler's may well pass an upload's.)
+   * failed the job: a model that answers a 1x1 image has not made a result. Its pixels are bounded by OUTPUT_MAX_PIXELS,
+   * read from its header before it is decoded; its longest side is not: an upscaler's may well pass an upload's.
    */
   async verifyImage(data: Buffer): Promise<void> {
-    const { what, minOutputSide } = this.options;
+    const { what, minOutputSide, maxOutputPixels } = this.options;
     let metadata: Metadata;
     try {
       metadata = await sharp(data).metadata();
@@ -78,6 +87,12 @@ export class RemoteHttp {
       throw engineFailed(
         `${what} output is ${width}x${height} px; each side must be at least ${minOutputSide} px`,
         `The model made a ${width}x${height} px image, which is no result.`,
+      );
+    }
+    if (width * height > maxOutputPixels) {
+      throw engineFailed(
+        `${what} output is ${width}x${height} px, more than the ${maxOutputPixels} pixels OUTPUT_MAX_PIXELS allows`,
+        `The model made a ${width}x${height} px image, larger than this service takes.`,
       );
     }
   }
@@ -110,8 +125,10 @@ export class RemoteHttp {
   }
 
   /**
-   * An output image at `url` (a URL the server gave), read up to the output limit: only from the server's own origin
-   * (with its headers) or over https (without them), so a model's answer cannot point the worker at anything else.
+   * An output image at `url` (a URL the server gave), read up to the output limit: from the server's own origin (with
+   * its headers), or from elsewhere (without them) only over https and from a public address, checked on the address
+   * connected to; so a model's answer cannot point the worker at a private network or a cloud's metadata service.
+   * Redirects are followed a few times, each target judged the same way.
    */
   async download(url: string, signal?: AbortSignal): Promise<Buffer> {
     let target: URL;
@@ -120,6 +137,32 @@ export class RemoteHttp {
     } catch {
       throw engineFailed(`${this.options.what} output '${quote(url, 80)}' is not a URL`);
     }
+    for (let redirects = 0; ; redirects++) {
+      const response = await this.downloadOnce(target, signal);
+      if (!REDIRECT_STATUSES.has(response.status)) {
+        return readBody(response, this.options.maxOutputBytes, () =>
+          engineFailed(`${this.options.what} output is larger than the ${this.options.maxOutputBytes} bytes allowed`),
+        );
+      }
+      await response.body?.cancel().catch(() => undefined);
+      const location = response.headers.get('location');
+      if (redirects >= MAX_REDIRECTS || location === null) {
+        throw engineFailed(
+          `${this.options.what} output ${describeUrl(target)} redirects ${location === null ? 'nowhere' : `more than ${MAX_REDIRECTS} times`}`,
+        );
+      }
+      try {
+        target = new URL(location, target);
+      } catch {
+        throw engineFailed(
+          `${this.options.what} output ${describeUrl(target)} redirects to '${quote(location, 80)}', not a URL`,
+        );
+      }
+    }
+  }
+
+  /** One GET of an output, tried again when it fails transiently; a redirect is the answer, not followed. */
+  private async downloadOnce(target: URL, signal: AbortSignal | undefined): Promise<Response> {
     const own = target.origin === this.base.origin;
     if (!own && target.protocol !== 'https:') {
       throw engineFailed(`${this.options.what} output ${describeUrl(target)} is neither on its server nor https`);
@@ -130,15 +173,15 @@ export class RemoteHttp {
     };
     for (let attempt = 1; ; attempt++) {
       try {
-        const response = await this.fetchOnce(
+        const { response } = await this.fetchOnce(
           target,
-          { method: 'GET', headers, redirect: 'error' },
+          { method: 'GET', headers, redirect: 'manual' },
           signal,
           'download',
+          [...REDIRECT_STATUSES],
+          own ? fetch : publicGet,
         );
-        return await readBody(response.response, this.options.maxOutputBytes, () =>
-          engineFailed(`${this.options.what} output is larger than the ${this.options.maxOutputBytes} bytes allowed`),
-        );
+        return response;
       } catch (error) {
         if (!(error instanceof TransientEngineError) || attempt >= REQUEST_ATTEMPTS) throw error;
         await sleep(RETRY_BASE_DELAY_MS * 2 ** (attempt - 1), signal);
@@ -180,12 +223,13 @@ export class RemoteHttp {
     callerSignal: AbortSignal | undefined,
     what: string,
     answerStatuses: readonly number[] = [],
+    send: (url: URL, init: RequestInit) => Promise<Response> = fetch,
   ): Promise<{ response: Response }> {
     const timeout = AbortSignal.timeout(this.options.requestTimeoutMs);
     const signal = callerSignal ? AbortSignal.any([timeout, callerSignal]) : timeout;
     const label = `${this.options.what} ${what} (${describeUrl(url)})`;
     try {
-      const response = await fetch(url, { ...init, signal });
+      const response = await send(url, { ...init, signal });
       if (!response.ok && !answerStatuses.includes(response.status)) {
         const detail = errorDetail(await readBody(response, ERROR_BODY_MAX_BYTES, () => undefined));
         throw httpError(response.status, label, detail);
@@ -194,12 +238,54 @@ export class RemoteHttp {
     } catch (error) {
       if (callerSignal?.aborted) throw callerSignal.reason;
       if (error instanceof PermanentEngineError || error instanceof TransientEngineError) throw error;
+      if (error instanceof RefusedAddress) {
+        throw engineFailed(
+          `${label} refused: ${error.message} (an output not on the model server must be on a public address)`,
+        );
+      }
       if (timeout.aborted) {
         throw new EngineTimeoutError(`${label} timed out after ${this.options.requestTimeoutMs} ms`, { cause: error });
       }
       throw new TransientEngineError(`${label} failed: ${networkErrorCode(error)}`, { cause: error });
     }
   }
+}
+
+/**
+ * A GET over https that connects to public addresses only (src/common/network-policy.ts: no loopback, private,
+ * link-local or metadata address, checked on the address connected to) and follows no redirect, as a Response. Not
+ * fetch: it cannot be told which addresses it may connect to.
+ */
+function publicGet(url: URL, init: RequestInit): Promise<Response> {
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  // An address written in the URL is connected to without a lookup: it is checked here instead.
+  if (isIP(host) !== 0 && isPrivateAddress(host))
+    return Promise.reject(new RefusedAddress(`${host} is a private address`));
+  return new Promise((resolve, reject) => {
+    const request = https.request(
+      url,
+      {
+        method: 'GET',
+        headers: Object.fromEntries(new Headers(init.headers)),
+        lookup: publicOnlyLookup,
+        signal: init.signal ?? undefined,
+      },
+      (response) => {
+        const headers = new Headers();
+        for (const [name, value] of Object.entries(response.headers)) {
+          for (const one of Array.isArray(value) ? value : value === undefined ? [] : [value])
+            headers.append(name, one);
+        }
+        const status = response.statusCode ?? 0;
+        const empty = status === 204 || status === 205 || status === 304;
+        if (empty) response.resume();
+        const body = empty ? null : (Readable.toWeb(response) as ReadableStream<Uint8Array>);
+        resolve(new Response(body, { status, headers }));
+      },
+    );
+    request.once('error', reject);
+    request.end();
+  });
 }
 
 /** An HTTP status other than 2xx: the server is busy or down (try again), or refuses the request (the job fails). */

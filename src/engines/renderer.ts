@@ -5,7 +5,10 @@ import { isPlainJpeg } from './plain-image.js';
 /** The preview's long side. */
 export const PREVIEW_MAX_SIDE = 512;
 
-/** Encodes an engine's result once into the two files clients download. */
+/**
+ * Encodes an engine's result once into the two files clients download, decoding an encoded one of at most
+ * `limitInputPixels` (OUTPUT_MAX_PIXELS for a model server's result).
+ */
 export async function renderOutputs(image: EngineImage, limitInputPixels: number): Promise<RenderedOutputs> {
   if (image.kind === 'rendered') return image.outputs;
   if (image.kind === 'encoded' && isPlainJpeg(image.data)) {

@@ -1,8 +1,7 @@
-import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
-import { isIP, type LookupFunction } from 'node:net';
-import { isPrivateAddress } from '../common/network-policy.js';
+import { isIP } from 'node:net';
+import { isPrivateAddress, publicOnlyLookup, RefusedAddress } from '../common/network-policy.js';
 
 /** What one POST to a receiver came to. */
 export type SendResult =
@@ -11,22 +10,6 @@ export type SendResult =
   | { kind: 'refused'; reason: string }
   /** No answer: refused or dropped connection, DNS failure, timeout. */
   | { kind: 'unreachable'; reason: string };
-
-class RefusedAddress extends Error {}
-
-/**
- * Resolves like `dns.lookup` and refuses private addresses: the check is on the address the socket then connects to,
- * so a name that resolves to a private address, now or after a DNS change, is refused too.
- */
-const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
-  dnsLookup(hostname, { ...options, all: true }, (error, addresses: LookupAddress[]) => {
-    if (error) return callback(error, '', 4);
-    const refused = addresses.find((entry) => isPrivateAddress(entry.address));
-    if (refused) return callback(new RefusedAddress(`${hostname} resolves to ${refused.address}`), '', 4);
-    if (options.all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses);
-    callback(null, addresses[0].address, addresses[0].family);
-  });
-};
 
 /**
  * POSTs a JSON body and resolves with the status, never following a redirect (Node's client does not) and never

@@ -108,14 +108,17 @@ export class EngineSlots {
       left -= performance.now() - runningSince;
     };
     const { concurrency } = engine;
+    /** The slot this turn holds, or is taking; undefined before the first take and after each free. */
     let taking: Promise<HeldSlot> | undefined;
-    let freed = false;
-    /** Once, whichever way: the slot freed, or left taken for the job's next attempt. */
-    const letGo = async (how: (held: HeldSlot) => Promise<void> | void) => {
-      if (!taking || freed) return;
-      freed = true;
-      const held = await taking.catch(() => undefined);
-      if (held) await how(held);
+    /** The last free's release, which a take after it waits for: the same job's slot is not to be taken twice. */
+    let released: Promise<void> = Promise.resolve();
+    /** Whichever way: the slot freed, or left taken for the job's next attempt. */
+    const letGo = (how: (held: HeldSlot) => Promise<void> | void): Promise<void> => {
+      const held = taking;
+      if (!held) return released;
+      taking = undefined;
+      released = held.then(how, () => undefined).catch(() => undefined);
+      return released;
     };
     const free = () => letGo((held) => held.release());
     const stopClockForGood = () => {
@@ -126,15 +129,22 @@ export class EngineSlots {
       concurrency === undefined
         ? undefined
         : {
+            // A take after a free waits for a slot again: a ComfyUI prompt the server lost after it said it was done
+            // is queued again, and runs on the GPU like any other.
             take: async () => {
+              if (ended) return;
               if (taking) {
                 await taking;
                 return;
               }
               stopClock();
-              taking = this.acquire(engine.engineName, concurrency, jobId, stopped);
+              const acquiring = released.then(() => this.acquire(engine.engineName, concurrency, jobId, stopped));
+              taking = acquiring;
               try {
-                await taking;
+                await acquiring;
+              } catch (error) {
+                if (taking === acquiring) taking = undefined;
+                throw error;
               } finally {
                 startClock();
               }

@@ -23,6 +23,7 @@ import {
   plainImage,
   renderOutputs,
   RunHandedOver,
+  type RunRecord,
   WorkerShutdown,
 } from '../engines/index.js';
 import { EngineSlots } from './engine-slots.js';
@@ -138,6 +139,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     const progress = this.progress.start({ id, userId: item.userId });
     // A job waiting for its engine's slot stays pending; the engine's timeout does not run while it waits.
     const turn = this.slots.turn(route, id, stopped);
+    const runs = this.runs.for(id, route.engineName);
     let handedOver = false;
 
     try {
@@ -169,7 +171,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
               texts: item.texts,
               signal,
               onProgress: progress.report,
-              runs: this.runs.for(id, route.engineName),
+              runs,
               slot: turn.slot,
             }),
           );
@@ -183,7 +185,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       });
       await turn.end();
       progress.end();
-      const outputs = await renderOutputs(result, this.config.imageMaxPixels);
+      const outputs = await renderOutputs(result, this.config.outputMaxPixels);
       const completed = await this.lifecycle.complete(id, () =>
         inSpan('store outputs', { attributes: { 'igs.item_id': id } }, async () => {
           await Promise.all([
@@ -192,6 +194,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
           ]);
         }),
       );
+      await this.forgetRun(id, runs);
       const ms = Math.round(performance.now() - started);
       endAttempt(completed ? 'complete' : 'dropped');
       if (completed) this.logger.log({ id, tool: item.tool, engine: route.engineName, ms }, 'job complete');
@@ -204,7 +207,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         return;
       }
       endAttempt('failed');
-      await this.fail(delivery, error, turn.deadline.aborted);
+      await this.fail(delivery, error, turn.deadline.aborted, runs);
     } finally {
       progress.end();
       if (handedOver) turn.handOver();
@@ -213,7 +216,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   }
 
   /** Permanent failures end the job at once; others are retried by the queue until the last attempt. */
-  private async fail(delivery: Delivery, error: unknown, pastDeadline: boolean): Promise<never> {
+  private async fail(delivery: Delivery, error: unknown, pastDeadline: boolean, runs: RunRecord): Promise<never> {
     const id = delivery.historyItemId;
     const message = error instanceof Error ? error.message : String(error);
     if (this.shutdown.signal.aborted) throw new StoppedByShutdown(error);
@@ -222,6 +225,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       // The engine's own message (its URL, its answer) stays in the log above; the client reads plain words, or the
       // model's own message when the engine passed it on.
       await this.lifecycle.fail(id, error.code, clientMessageOf(error));
+      await this.forgetRun(id, runs);
       await delivery.discard();
       throw error;
     }
@@ -232,6 +236,17 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         : this.lifecycle.fail(id, 'engine_failed', `The engine failed ${delivery.attemptsMade + 1} times.`));
     }
     throw error;
+  }
+
+  /**
+   * Forgets the job's model run once the job's end is committed, and not before: an attempt after a failure to store
+   * the result (a database or storage blip) reads the output of the run it has, instead of paying for another. A
+   * record Redis fails to forget lapses with its time to live; the job is over either way.
+   */
+  private async forgetRun(id: string, runs: RunRecord): Promise<void> {
+    await runs.forget().catch((error: unknown) => {
+      this.logger.warn({ id, err: (error as Error).message }, 'could not forget the run of a job that ended');
+    });
   }
 }
 

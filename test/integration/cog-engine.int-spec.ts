@@ -22,7 +22,7 @@ const VTON_SCHEMA: FakeCogSchema = {
   required: ['human_img', 'garm_img', 'garment_des'],
 };
 
-const LIMITS = { maxOutputBytes: 1024 * 1024, limitInputPixels: 4096 * 4096, minOutputSide: 64 };
+const LIMITS = { maxOutputBytes: 1024 * 1024, maxOutputPixels: 4096 * 4096, minOutputSide: 64 };
 
 function solid(width: number, height: number, background: string): ReturnType<typeof sharp> {
   return sharp({ create: { width, height, channels: 3, background } });
@@ -176,6 +176,40 @@ describe('CogServer against a fake Cog model', () => {
     });
   });
 
+  describe("the output's host", () => {
+    const redirect = (to: string) => `${fake.url}/redirect?to=${encodeURIComponent(to)}`;
+
+    it.each([
+      ['an address written in its URL', () => 'https://127.0.0.1:9/out.png', /127\.0\.0\.1 is a private address/],
+      ['a name that resolves to one', () => 'https://localhost:9/out.png', /localhost resolves to /],
+      ["the cloud's metadata service", () => 'https://169.254.169.254/latest', /169\.254\.169\.254 is a private/],
+      ['the target of a redirect from the server', () => redirect('https://localhost:9/out.png'), /localhost resolves/],
+    ])('refuses an output off the server at a private address: %s', async (_case, url, reason) => {
+      fake.behave(() => ({ kind: 'succeed', image: output, as: { url: url() } }));
+
+      const failure = expectEngineFailed(await rejection(engine().generate(request())), reason);
+
+      // The address stays in the log; the client reads plain words.
+      expect(failure.clientMessage).toBeUndefined();
+    });
+
+    it('refuses a redirect from the server to plain http elsewhere', async () => {
+      fake.behave(() => ({ kind: 'succeed', image: output, as: { url: redirect('http://169.254.169.254/latest') } }));
+
+      expectEngineFailed(await rejection(engine().generate(request())), /neither on its server nor https/);
+    });
+
+    it('downloads an output on the server itself, at a loopback address, through a redirect too, with its headers', async () => {
+      const job = request();
+      const own = `${fake.url}/outputs/${job.jobId}.png`;
+      fake.behave(() => ({ kind: 'succeed', image: output, as: { url: redirect(own) } }));
+
+      expect(await engine().generate(job)).toEqual({ kind: 'encoded', data: output });
+      const download = fake.calls.find((call) => call.path === `/outputs/${job.jobId}.png`);
+      expect(download?.headers['authorization']).toBe('Bearer secret');
+    });
+  });
+
   describe('the model schema', () => {
     it('fails the job naming the mapped input the model does not have, and runs nothing', async () => {
       const error = await rejection(
@@ -293,6 +327,17 @@ describe('CogServer against a fake Cog model', () => {
       const sut = new CogServer(setting(), { ...LIMITS, maxOutputBytes: big.length - 1 }).engineFor(route());
 
       expectEngineFailed(await rejection(sut.generate(request())), /larger than/);
+    });
+
+    it('refuses an output of more pixels than OUTPUT_MAX_PIXELS, read from its header', async () => {
+      const wide = await solid(200, 100, '#123456').png().toBuffer();
+      fake.behave(() => ({ kind: 'succeed', image: wide }));
+      const limited = new CogServer(setting(), { ...LIMITS, maxOutputPixels: 200 * 100 - 1 }).engineFor(route());
+
+      const error = await rejection(limited.generate(request()));
+
+      expectEngineFailed(error, /output is 200x100 px, more than the 19999 pixels OUTPUT_MAX_PIXELS allows/);
+      expect(await engine().generate(request())).toEqual({ kind: 'encoded', data: wide });
     });
 
     it.each([

@@ -13,6 +13,10 @@ import {
   type EngineRequest,
 } from '../../src/engines/index.js';
 import { ComfyServer } from '../../src/engines/index.js';
+import type { AppConfig } from '../../src/config/config.js';
+import { FAIL_FAST_OPTIONS, ServiceRedis } from '../../src/redis/redis.js';
+import { EngineSlots } from '../../src/worker/engine-slots.js';
+import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { startFakeComfy, type FakeComfy } from '../support/fake-comfyui.js';
 import { makeImage } from '../support/jobs.js';
 import { memoryRuns } from '../support/run-record.js';
@@ -56,7 +60,7 @@ function serverFor(url: string): ComfyServer {
   };
   return new ComfyServer(setting, {
     maxOutputBytes: 64 * 1024 * 1024,
-    limitInputPixels: 40_000_000,
+    maxOutputPixels: 40_000_000,
     minOutputSide: 64,
   });
 }
@@ -420,5 +424,52 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     } finally {
       await other.close();
     }
+  });
+});
+
+describe("ComfyUI engine in its engine's slots (EngineSlots on real Redis)", () => {
+  let env: TestEnvironment;
+  let redis: ServiceRedis;
+  let fake: FakeComfy;
+  let server: ComfyServer;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    redis = new ServiceRedis(env.redisUrl, { ...FAIL_FAST_OPTIONS, keyPrefix: `${env.redisPrefix}:` });
+    await once(redis, 'ready');
+    fake = await startFakeComfy({ steps: 10, stepMs: 50 });
+    server = serverFor(fake.url);
+  }, 30_000);
+
+  afterAll(async () => {
+    await server?.close();
+    await fake?.close();
+    redis?.disconnect();
+    await env?.dispose();
+  }, 30_000);
+
+  it('queues a prompt the server lost after it said it had ended only once its turn comes again', async () => {
+    const slots = new EngineSlots(redis, { jobLockMs: 30_000 } as AppConfig);
+    const sut = server.engineFor(route());
+    // Whichever job runs first: the server tells it the prompt ended, then restarts without its history.
+    fake.switches.restartAfterEnd = true;
+    const run = async (job: EngineRequest) => {
+      const turn = slots.turn({ engineName: 'comfy', concurrency: 1, timeoutMs: 60_000 }, job.jobId, job.signal!);
+      try {
+        return await sut.generate({ ...job, slot: turn.slot });
+      } finally {
+        await turn.end();
+      }
+    };
+
+    const results = await Promise.all([
+      run(await request({ signal: new AbortController().signal })),
+      run(await request({ signal: new AbortController().signal })),
+    ]);
+
+    expect(results.map((result) => result.kind)).toEqual(['encoded', 'encoded']);
+    expect(fake.prompts.map(({ state }) => state)).toEqual(['lost', 'success', 'success']);
+    // The lost prompt's job queued it again after the other job's prompt had ended, never beside it.
+    expect(fake.maxInFlight).toBe(1);
   });
 });

@@ -61,6 +61,34 @@ describe('EngineSlots', () => {
     expect(logged).toContainEqual({ level: 'debug', message: 'the slot of a stopped job was freed elsewhere' });
   });
 
+  /** The jobs holding a slot of `engine`, as Redis has them. */
+  function holders(engine: string): Promise<string[]> {
+    return redis.zrange(`semaphore:${ENGINE_SLOTS}${engine}`, 0, -1);
+  }
+
+  it('takes the slot again when a job takes its turn after freeing it, and keeps the next job waiting meanwhile', async () => {
+    const engine = { engineName: 'retaken', concurrency: 1, timeoutMs: 60_000 };
+    const [first, second] = [randomUUID(), randomUUID()];
+    const sut = slots.turn(engine, first, new AbortController().signal);
+    await sut.slot!.take();
+    await sut.slot!.free();
+    const afterFree = await holders('retaken');
+
+    await sut.slot!.take();
+    const afterRetake = await holders('retaken');
+    const next = slots.turn(engine, second, new AbortController().signal);
+    const order: string[] = [];
+    const nextTaking = next.slot!.take().then(() => order.push('next job took the slot'));
+    order.push('first job ends');
+    await sut.end();
+    await nextTaking;
+
+    expect({ afterFree, afterRetake }).toEqual({ afterFree: [], afterRetake: [first] });
+    expect(order).toEqual(['first job ends', 'next job took the slot']);
+    expect(await holders('retaken')).toEqual([second]);
+    await next.end();
+  });
+
   it('warns when the slot of a job still running lapses', async () => {
     logged.length = 0;
     const jobId = randomUUID();

@@ -22,7 +22,7 @@ import { memoryRuns } from '../support/run-record.js';
 import { startPrismProxy, type PrismProxy } from '../support/prism-proxy.js';
 
 const DOCUMENT = join(process.cwd(), 'test/fixtures/replicate/openapi.json');
-const LIMITS = { maxOutputBytes: 16 * 1024 * 1024, limitInputPixels: 16_000_000, minOutputSide: 64 };
+const LIMITS = { maxOutputBytes: 16 * 1024 * 1024, maxOutputPixels: 16_000_000, minOutputSide: 64 };
 
 let fake: FakeReplicate;
 let api: PrismProxy;
@@ -379,7 +379,46 @@ describe('ReplicateEngine against the fake through Prism', () => {
     expect((await sharp(bytesOf(result)).metadata()).format).toBe('png');
     expect(fake.predictions).toHaveLength(1);
     expect(fake.cancels).toEqual([]);
-    expect(runs.value).toBeUndefined();
+  });
+
+  it('reads the output of the prediction it has again on an attempt after one whose result was not stored', async () => {
+    fake.run({ kind: 'succeed', steps: 2, stepMs: 50 });
+    const runs = memoryRuns();
+    const sut = server().engineFor(route());
+    const image = await makeImage(80, 60);
+    const first = await sut.generate(job(image, { runs }));
+
+    // The worker forgets the run only once the job's result is stored: until then, another attempt finds it.
+    expect(runs.value).toContain(fake.predictions[0].id);
+    const turns: string[] = [];
+    const slot = {
+      take: () => Promise.resolve(void turns.push('take')),
+      free: () => Promise.resolve(void turns.push('free')),
+    };
+    const again = await sut.generate(job(image, { runs, slot }));
+
+    expect(bytesOf(again)).toEqual(bytesOf(first));
+    expect(fake.predictions).toHaveLength(1);
+    // A prediction that has ended needs no turn on the model to be read again.
+    expect(turns.filter((turn) => turn === 'take')).toEqual([]);
+  });
+
+  it('keeps a failed prediction for an attempt after one whose failure was not recorded, which fails alike', async () => {
+    fake.run({ kind: 'fail', error: 'NSFW content detected', steps: 1, stepMs: 50 });
+    const runs = memoryRuns();
+    const sut = server().engineFor(route());
+    const image = await makeImage(80, 60);
+
+    const errors = [
+      await rejection(sut.generate(job(image, { runs }))),
+      await rejection(sut.generate(job(image, { runs }))),
+    ];
+
+    expect(errors).toEqual([
+      expect.objectContaining({ code: 'engine_failed', clientMessage: 'NSFW content detected' }),
+      expect.objectContaining({ code: 'engine_failed', clientMessage: 'NSFW content detected' }),
+    ]);
+    expect(fake.predictions).toHaveLength(1);
   });
 
   it('probes the API with the token: up when it answers, down when it does not', async () => {

@@ -29,9 +29,11 @@ import { makeImage } from './jobs.js';
 export type FakeCogAnswer =
   /**
    * Runs `delayMs`, then succeeds with `image` (by default a PNG whose colour changes with every answer), given as a
-   * data URI, as a URL on the fake (`--upload-url` style), or as a list of one data URI.
+   * data URI, as a URL on the fake (`--upload-url` style), as a list of one data URI, or as the URL given (the image
+   * kept at the fake's own URL for it all the same, `/outputs/<prediction id>.png`). The fake's `/redirect?to=<url>`
+   * answers 302 to that URL.
    */
-  | { kind: 'succeed'; delayMs?: number; image?: Buffer; as?: 'data-uri' | 'url' | 'list' }
+  | { kind: 'succeed'; delayMs?: number; image?: Buffer; as?: 'data-uri' | 'url' | 'list' | { url: string } }
   /** Runs `delayMs`, then the model raises: `status: failed` with `error`. */
   | { kind: 'fail'; error: string; delayMs?: number }
   /** Answers that HTTP status with a JSON `{detail}` body after `delayMs`, without running the model. */
@@ -408,7 +410,11 @@ export async function startFakeCog(
     return makeImage(256, 320, 'png', colour);
   }
 
-  function present(id: string, image: Buffer, as: 'data-uri' | 'url' | 'list'): unknown {
+  function present(id: string, image: Buffer, as: 'data-uri' | 'url' | 'list' | { url: string }): unknown {
+    if (typeof as === 'object') {
+      outputs.set(id, image);
+      return as.url;
+    }
     if (as === 'url') {
       outputs.set(id, image);
       return `${fake.url}/outputs/${encodeURIComponent(id)}.png`;
@@ -479,6 +485,12 @@ export async function startFakeCog(
       // The model stops once its worker has raised CancelationException, not at the cancel request itself.
       later(CANCEL_TAKES_MS, () => target.end('canceled'));
       return send(response, call, 200, {});
+    }
+    if (path === '/redirect' && method === 'GET') {
+      const to = new URL(request.url ?? '/', fake.url).searchParams.get('to') ?? '';
+      call.status = 302;
+      response.writeHead(302, { Location: to }).end();
+      return;
     }
     if (outputMatch && method === 'GET') {
       const image = outputs.get(decodeURIComponent(outputMatch[1]));

@@ -104,6 +104,11 @@ export interface FakeComfySwitches {
   dropSocketAtStep?: { step: number; refuseMs: number };
   /** The server restarts at this sampler step: running and queued prompts and history are lost, sockets closed. */
   restartAtStep?: number;
+  /**
+   * The server restarts once a prompt has sent its end messages, before it answers another request: the client was told
+   * the prompt ended, and finds it in neither the history nor the queue. Goes off once it has happened.
+   */
+  restartAfterEnd?: boolean;
   /** Prompts run at once (ComfyUI runs one). */
   slots: number;
   /**
@@ -156,6 +161,8 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
   const sockets = new Map<string, WebSocket>();
   let refuseSocketsUntil = 0;
   let outputCount = 0;
+  /** A prompt that just ended on a server about to restart (`restartAfterEnd`). */
+  let endedBeforeRestart: FakeComfyPrompt | undefined;
   const timers = new Set<NodeJS.Timeout>();
   const connections = new Set<Socket>();
 
@@ -328,6 +335,10 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
     send(clientId, 'executing', { node: null, prompt_id: promptId });
     message('execution_success', {});
     finish('success', true);
+    if (switches.restartAfterEnd) {
+      switches.restartAfterEnd = false;
+      endedBeforeRestart = record;
+    }
 
     function finish(status: 'success' | 'error', completed: boolean): void {
       if (task.lost) return;
@@ -433,6 +444,11 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
     const path = url.pathname.replace(/^\/api(?=\/)/, '');
     const method = request.method ?? 'GET';
     fake.requests.push({ method, path, headers: request.headers });
+    if (endedBeforeRestart) {
+      endedBeforeRestart.state = 'lost';
+      endedBeforeRestart = undefined;
+      restart();
+    }
     const route = `${method} ${path}`;
 
     if (route === 'GET /system_stats') {

@@ -266,6 +266,43 @@ export async function query<T = Record<string, unknown>>(
   }
 }
 
+/**
+ * Makes the next `count` completions of any item fail inside PostgreSQL, as a database blip would: the update that marks
+ * an item `complete` raises, and its transaction rolls back. Resolves a function that takes the fault away.
+ */
+export async function failNextCompletions(env: TestEnvironment, count = 1): Promise<() => Promise<void>> {
+  // A sequence counts outside transactions: the rolled-back completions are counted too.
+  await query(env, 'CREATE SEQUENCE test_completion_failures');
+  await query(
+    env,
+    `CREATE FUNCTION test_fail_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+       IF NEW.status = 'complete' AND OLD.status <> 'complete' AND nextval('test_completion_failures') <= ${count} THEN
+         RAISE EXCEPTION 'the test failed this completion on purpose';
+       END IF;
+       RETURN NEW;
+     END $$`,
+  );
+  await query(
+    env,
+    'CREATE TRIGGER test_fail_completion BEFORE UPDATE ON history_items FOR EACH ROW EXECUTE FUNCTION test_fail_completion()',
+  );
+  return async () => {
+    await query(env, 'DROP TRIGGER test_fail_completion ON history_items');
+    await query(env, 'DROP FUNCTION test_fail_completion()');
+    await query(env, 'DROP SEQUENCE test_completion_failures');
+  };
+}
+
+/** How many completions were tried since `failNextCompletions`: those it failed, and those that went through after. */
+export async function completionsTried(env: TestEnvironment): Promise<number> {
+  const [{ last_value: last, is_called: called }] = await query<{ last_value: string; is_called: boolean }>(
+    env,
+    'SELECT last_value, is_called FROM test_completion_failures',
+  );
+  return called ? Number(last) : 0;
+}
+
 /** The service's Bull queue, seen from outside as another producer would see it. */
 export function openQueue(env: TestEnvironment): Bull.Queue<{ historyItemId: string }> {
   return new Bull(GENERATION_QUEUE, env.redisUrl, { prefix: `${env.redisPrefix}:bull` });

@@ -30,7 +30,13 @@ const RUNNING_RECHECK_MS = 1000;
  * stores the result and the job ends (which stops this one). Past it, that run is taken to have died on the way.
  */
 const FINISHED_GRACE_MS = 30_000;
-/** Kept in the job's run record when a run has the prediction's final answer, with the time. */
+/**
+ * Kept in the job's run record when a run has the prediction's final answer, with the time. Unlike a Replicate
+ * prediction or a ComfyUI prompt, a Cog prediction leaves nothing to read again: Cog keeps a prediction only while it
+ * runs, and its output travels in the answer to the PUT alone. So an attempt after one whose result could not be stored
+ * (a database or storage blip) runs the model again, after FINISHED_GRACE_MS; the GPU is the operator's own, paid for
+ * by the hour rather than by the run.
+ */
 const FINISHED = 'finished:';
 /** The cancel request's own limit: it is sent after the job's signal has fired. */
 const CANCEL_TIMEOUT_MS = 5000;

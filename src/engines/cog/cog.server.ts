@@ -25,6 +25,7 @@ export class CogServer implements EngineServer<CogRoute> {
       // A synchronous prediction keeps its request open for the whole run.
       requestTimeoutMs: setting.timeoutMs,
       maxOutputBytes: limits.maxOutputBytes,
+      maxOutputPixels: limits.maxOutputPixels,
       minOutputSide: limits.minOutputSide,
       what: 'Cog',
     });

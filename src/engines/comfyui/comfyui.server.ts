@@ -32,6 +32,7 @@ export class ComfyServer implements EngineServer<ComfyRoute> {
       headers: setting.headers,
       requestTimeoutMs: Math.min(REQUEST_TIMEOUT_MS, setting.timeoutMs),
       maxOutputBytes: limits.maxOutputBytes,
+      maxOutputPixels: limits.maxOutputPixels,
       minOutputSide: limits.minOutputSide,
       what: 'ComfyUI',
     });

@@ -82,19 +82,24 @@ export class ReplicateEngine implements Engine {
         await runs?.remember(JSON.stringify(run.state));
       }
       filesInUse = true;
-      await request.slot?.take();
+      // A prediction an earlier attempt saw end (its result not stored) needs no turn on the model to be read again.
+      if (!FINAL_STATUSES.has(prediction.status)) await request.slot?.take();
       prediction = await this.follow(prediction, request);
       filesInUse = false;
       // The model is done with the job: the output's download is the service's work, not the model's.
       await request.slot?.free();
+      // The record stays: should storing the result fail, the job's next attempt reads this prediction's output again
+      // instead of paying for another. The worker forgets it once the job's outcome is committed.
       const data = await this.output(prediction, signal);
-      await runs?.forget();
       return { kind: 'encoded', data };
     } catch (error) {
       // At the worker's shutdown a started prediction runs on, its files with it, for the next attempt to follow.
       if (handsOver(signal) && run) throw new RunHandedOver(`Replicate prediction ${run.state.prediction}`);
       const mapped = this.mapError(error, 'prediction', signal);
-      if (signal?.aborted || mapped instanceof PermanentEngineError) {
+      if (mapped instanceof PermanentEngineError) filesInUse = false;
+      // A canceled prediction is of no use to a later attempt. A failed one is kept like a succeeded one: an attempt
+      // after a failure to record the job's end finds it failed rather than running the model again.
+      if (signal?.aborted) {
         filesInUse = false;
         await runs?.forget();
       }

@@ -37,6 +37,7 @@ export class ReplicateServer implements EngineServer<ReplicateRoute> {
       headers: { ...setting.headers, Authorization: `Bearer ${setting.token}` },
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
       maxOutputBytes: limits.maxOutputBytes,
+      maxOutputPixels: limits.maxOutputPixels,
       minOutputSide: limits.minOutputSide,
       what: 'Replicate',
     });

@@ -5,7 +5,14 @@ import { Client, createJob, type HistoryItemBody, waitForFinal } from '../../sup
 import { openStream } from '../../support/event-stream.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { img2imgRouting, startFakeComfy, type FakeComfy } from '../../support/fake-comfyui.js';
-import { createUser, expectCompleteWithOutputs, Processes, waitUntil } from '../../support/harness.js';
+import {
+  completionsTried,
+  createUser,
+  expectCompleteWithOutputs,
+  failNextCompletions,
+  Processes,
+  waitUntil,
+} from '../../support/harness.js';
 import { makeImage } from '../../support/jobs.js';
 import type { RunningService } from '../../support/service.js';
 
@@ -99,6 +106,23 @@ describe('the comfyui engine kind in the built service', () => {
       await processes.stop(worker);
     }
   }, 90_000);
+
+  it('completes a job whose result could not be stored the first time from the same prompt, run once', async () => {
+    fake.switches.stepMs = 20;
+    const restore = await failNextCompletions(env);
+    const worker = await processes.start('worker', serviceEnv);
+    try {
+      const { id } = await submit();
+      const item = await waitForFinal(api.baseUrl, key, id, 45_000);
+
+      await expectCompleteWithOutputs(api.baseUrl, item);
+      expect(await completionsTried(env)).toBe(2);
+      expect(promptsOf(id).map(({ state }) => state)).toEqual(['success']);
+    } finally {
+      await processes.stop(worker);
+      await restore();
+    }
+  }, 60_000);
 
   it('leaves its prompt running at a rollout, for the next worker to follow: run once, never interrupted, its slot kept', async () => {
     fake.maxInFlight = 0;

@@ -14,7 +14,15 @@ import {
   startFakeReplicate,
 } from '../../support/fake-replicate.js';
 import { openStream } from '../../support/event-stream.js';
-import { createUser, expectCompleteWithOutputs, final, Processes, waitUntil } from '../../support/harness.js';
+import {
+  completionsTried,
+  createUser,
+  expectCompleteWithOutputs,
+  failNextCompletions,
+  final,
+  Processes,
+  waitUntil,
+} from '../../support/harness.js';
 import { makeImage } from '../../support/jobs.js';
 import { startPrismProxy, type PrismProxy } from '../../support/prism-proxy.js';
 import type { RunningService } from '../../support/service.js';
@@ -94,10 +102,13 @@ describe('the replicate engine in the built service', () => {
     const file = join(env.dataDir, 'engines.yaml');
     await writeFile(file, enginesFile(api.url));
     processes = new Processes(env);
-    settings = { ENGINES_FILE: file, REPLICATE_API_TOKEN: fake.token };
+    // Uploads of at most 80,000 px, which every job here sends: the model's 256x320 result (81,920 px) is larger than
+    // any upload may be, as an upscaler's result is, and completes all the same (OUTPUT_MAX_PIXELS).
+    const limits = { IMAGE_MAX_PIXELS: '80000' };
+    settings = { ENGINES_FILE: file, REPLICATE_API_TOKEN: fake.token, ...limits };
     const unrouted = join(env.dataDir, 'engines-unrouted.yaml');
     await writeFile(unrouted, enginesFile(api.url, { routed: false }));
-    routedAway = { ENGINES_FILE: unrouted, REPLICATE_API_TOKEN: fake.token };
+    routedAway = { ENGINES_FILE: unrouted, REPLICATE_API_TOKEN: fake.token, ...limits };
     service = await processes.start('all', settings);
     ({ key } = await createUser(env));
   }, 120_000);
@@ -132,6 +143,26 @@ describe('the replicate engine in the built service', () => {
     const prediction = fake.predictions.find((candidate) => candidate.input['image'] === sha256(image));
     expect(prediction).toMatchObject({ createdBy: 'version', input: { scale: 2 }, status: 'succeeded' });
     expect(api.violations).toEqual([]);
+  }, 60_000);
+
+  it('completes a job whose result could not be stored the first time from the same prediction, paid for once', async () => {
+    fake.run({ kind: 'succeed', steps: 2, stepMs: 100 });
+    const image = await makeImage(320, 240, 'png', '#5a8a3a');
+    const restore = await failNextCompletions(env);
+    try {
+      const id = await createJob(service.baseUrl, key, {
+        tool: 'default',
+        image: { data: image, filename: 'photo.png', contentType: 'image/png' },
+      });
+      const item = await final(service.baseUrl, key, id);
+
+      await expectCompleteWithOutputs(service.baseUrl, item);
+      expect(await completionsTried(env)).toBe(2);
+      expect(fake.predictions.filter((p) => p.input['image'] === sha256(image))).toHaveLength(1);
+      expect(api.violations).toEqual([]);
+    } finally {
+      await restore();
+    }
   }, 60_000);
 
   it('tells Replicate to stop when the job is canceled', async () => {
