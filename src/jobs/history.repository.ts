@@ -281,9 +281,12 @@ export class HistoryRepository {
     return rows.map((row) => row.id);
   }
 
-  /** How long the oldest pending item has been pending, in seconds; 0 when none is (partial index on pending). */
+  /**
+   * How long the oldest pending item has been pending, in seconds; 0 when none is (partial index on pending). Read at
+   * each scrape of every process: through the pool, so that a worker opens no statement pipeline for its metrics.
+   */
   async oldestPendingSeconds(): Promise<number> {
-    const [row] = await this.db.read<{ seconds: number | null }>({
+    const [row] = await this.db.query<{ seconds: number | null }>({
       text: `SELECT extract(epoch FROM now() - min(created_at))::float8 AS seconds
                FROM history_items WHERE status = 'pending'`,
       values: [],

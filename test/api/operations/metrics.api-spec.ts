@@ -5,6 +5,8 @@ import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../../support/service.js';
 import { type Sample, scrape, valueOf } from '../../support/prometheus.js';
 import { Client, type JobAcceptedBody, postJob, waitForFinal } from '../../support/client.js';
+import { query } from '../../support/harness.js';
+import { PIPELINE_APPLICATION_NAME } from '../../../src/database/statement-pipeline.js';
 
 const UUID_ANYWHERE = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i;
 const HTTP_COUNT = 'http_request_duration_seconds_count';
@@ -111,6 +113,31 @@ describe('metrics on METRICS_PORT', () => {
     } finally {
       await api.stop();
       await queueEnv.dispose();
+    }
+  }, 60_000);
+
+  it("are read by a worker without opening the API's statement pipeline connections", async () => {
+    const pipelines = async () =>
+      (
+        await query<{ n: number }>(
+          env,
+          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()',
+          [PIPELINE_APPLICATION_NAME],
+        )
+      )[0].n;
+    // This file's API process has opened its own by now: an item read goes through them.
+    await new Client(sut.baseUrl, apiKey).get(randomUUID());
+    const before = await pipelines();
+    const metricsPort = await freePort();
+    const worker = await startService({ ...env.serviceEnv, ROLE: 'worker', METRICS_PORT: String(metricsPort) });
+    try {
+      const samples = await scrape(`http://127.0.0.1:${metricsPort}/metrics`);
+
+      expect(valueOf(samples, 'igs_oldest_pending_job_age_seconds', {})).toBe(0);
+      expect(before).toBeGreaterThan(0);
+      expect(await pipelines()).toBe(before);
+    } finally {
+      await worker.stop();
     }
   }, 60_000);
 
