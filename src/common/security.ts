@@ -17,6 +17,9 @@ type Middleware = (request: IncomingMessage, response: ServerResponse, next: (er
  * The API answers JSON and images: nothing it sends may run script, load anything or be framed. `base-uri`,
  * `form-action` and `frame-ancestors` do not fall back to `default-src`, so they are named too.
  */
+/** How long an idle keep-alive connection stays open: longer than the proxies in front keep theirs (see hardenHttp). */
+const KEEP_ALIVE_MS = 65_000;
+
 const API_POLICY = {
   'default-src': ["'none'"],
   'base-uri': ["'none'"],
@@ -153,6 +156,10 @@ export function hardenHttp(app: NestExpressApplication, config: AppConfig): void
   app.use(securityHeaders());
   const cors = corsOptions(config.corsOrigins);
   if (cors) app.enableCors(cors);
+  const server = app.getHttpServer();
   // Node's own limit on receiving a request is 5 minutes; a client that sends nothing at all is cut off sooner.
-  app.getHttpServer().setTimeout(config.httpIdleTimeoutMs);
+  server.setTimeout(config.httpIdleTimeoutMs);
+  // A proxy reuses its idle connections to the service for up to 60 s (nginx and ingress-nginx, AWS's ALB): closed
+  // first by the service after Node's 5 s, one of them can carry the proxy's next request as it closes, a 502.
+  server.keepAliveTimeout = KEEP_ALIVE_MS;
 }

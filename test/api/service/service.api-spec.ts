@@ -111,6 +111,30 @@ describe('the service process', () => {
       expect(JSON.parse(body)).toMatchObject({ type: `urn:igs:problem:${code}`, status, code });
     });
 
+    it('keeps an idle keep-alive connection open longer than the proxies in front keep theirs', async () => {
+      const socket = connect(Number(new URL(block.sut.baseUrl).port), '127.0.0.1');
+      let closedByServer = false;
+      socket.on('close', () => (closedByServer = true));
+      const answers: string[] = [];
+      socket.on('data', (chunk: Buffer) => answers.push(chunk.toString('latin1')));
+      const ask = async () => {
+        const before = answers.length;
+        socket.write('GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n');
+        while (answers.length === before && !closedByServer) await new Promise((resolve) => setTimeout(resolve, 20));
+        return answers.at(-1) ?? '';
+      };
+      try {
+        expect(await ask()).toMatch(/^HTTP\/1\.1 200 /);
+        // Past Node's default of 5 s, after which an idle connection was closed under the proxy's next request.
+        await new Promise((resolve) => setTimeout(resolve, 6000));
+
+        expect(closedByServer).toBe(false);
+        expect(await ask()).toMatch(/^HTTP\/1\.1 200 /);
+      } finally {
+        socket.destroy();
+      }
+    }, 30_000);
+
     it('puts no stack trace and no file path in any error body', async () => {
       const responses = await Promise.all([
         sendBrokenJson(),
