@@ -31,7 +31,14 @@ export type FakeCogAnswer =
    * Runs `delayMs`, then succeeds with `image` (by default a PNG whose colour changes with every answer), given as a
    * data URI, as a URL on the fake (`--upload-url` style), or as a list of one data URI.
    */
-  | { kind: 'succeed'; delayMs?: number; image?: Buffer; as?: 'data-uri' | 'url' | 'list' }
+  | {
+      kind: 'succeed';
+      delayMs?: number;
+      image?: Buffer;
+      as?: 'data-uri' | 'url' | 'list';
+      /** Holds the run until this settles, then runs `delayMs`: for a test to decide when a model finishes. */
+      until?: Promise<unknown>;
+    }
   /** Runs `delayMs`, then the model raises: `status: failed` with `error`. */
   | { kind: 'fail'; error: string; delayMs?: number }
   /** Answers that HTTP status with a JSON `{detail}` body after `delayMs`, without running the model. */
@@ -164,6 +171,7 @@ export async function startFakeCog(
   let current = behaviour;
   let schema = options.schema ?? catalogSchema();
   let schemaFailure: number | 'hang' | undefined;
+  let isClosed = false;
   const concurrency = options.concurrency ?? 1;
   const requests: FakeCogRequest[] = [];
   const received = new Map<string, Buffer>();
@@ -183,6 +191,7 @@ export async function startFakeCog(
   }
 
   function later(ms: number, action: () => void): void {
+    if (isClosed) return;
     const timer = setTimeout(() => {
       timers.delete(timer);
       action();
@@ -381,7 +390,13 @@ export async function startFakeCog(
     if (answer.kind === 'hang') return;
 
     const badFile = unreadableFile(input);
-    later(answer.delayMs ?? 0, () => {
+    const held = answer.kind === 'succeed' ? answer.until : undefined;
+    const afterHold = (action: () => void) => {
+      const go = () => later(answer.delayMs ?? 0, action);
+      if (held) void held.then(go, go);
+      else go();
+    };
+    afterHold(() => {
       if (ended) return;
       if (badFile) {
         ended = true;
@@ -533,6 +548,7 @@ export async function startFakeCog(
       }
     },
     async close() {
+      isClosed = true;
       for (const timer of timers) clearTimeout(timer);
       timers.clear();
       const closed = once(server, 'close');
