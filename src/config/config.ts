@@ -75,6 +75,11 @@ export class AppConfig {
   readonly jobLockMs: number;
   /** How often workers look for jobs whose claim expired (stalled jobs) and take them back. */
   readonly jobStalledCheckMs: number;
+  /**
+   * How often a worker re-reads the state of the jobs it runs, so that a cancel, delete or deadline whose event was
+   * lost still stops the model.
+   */
+  readonly jobStateCheckMs: number;
   /** How long one engine call may take before it counts as a failed attempt. */
   readonly engineTimeoutMs: number;
   readonly reconcileIntervalMs: number;
@@ -153,6 +158,7 @@ export class AppConfig {
     this.jobDeadlineMs = read.JOB_DEADLINE_MS;
     this.jobLockMs = read.JOB_LOCK_MS;
     this.jobStalledCheckMs = read.JOB_STALLED_CHECK_MS;
+    this.jobStateCheckMs = read.JOB_STATE_CHECK_MS;
     this.engineTimeoutMs = read.ENGINE_TIMEOUT_MS;
     this.reconcileIntervalMs = read.RECONCILE_INTERVAL_MS;
     this.eventStreamHeartbeatMs = read.EVENT_STREAM_HEARTBEAT_MS;

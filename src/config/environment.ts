@@ -259,6 +259,7 @@ export class EnvironmentVariables {
   @WholeNumber(1000, 7 * 24 * 3_600_000) JOB_DEADLINE_MS = 15 * 60_000;
   @WholeNumber(500, 3_600_000) JOB_LOCK_MS = 30_000;
   @WholeNumber(100, 3_600_000) JOB_STALLED_CHECK_MS = 15_000;
+  @WholeNumber(100, 3_600_000) JOB_STATE_CHECK_MS = 2000;
   @WholeNumber(100, 3_600_000) ENGINE_TIMEOUT_MS = 120_000;
   @WholeNumber(100, 3_600_000) RECONCILE_INTERVAL_MS = 30_000;
   @WholeNumber(100, 3_600_000) EVENT_STREAM_HEARTBEAT_MS = 15_000;

@@ -10,6 +10,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { Delivery, JobQueue } from '../queue/job-queue.js';
 import type { EngineSlots } from './engine-slots.js';
 import { GenerationProcessor } from './generation.processor.js';
+import { RunningJobs } from './running-jobs.js';
 
 const ID = 'item-1';
 
@@ -73,11 +74,12 @@ function workerWithCancelAfterRead() {
     },
     removeLeftovers: () => Promise.resolve(),
   };
+  const config = { imageMaxPixels: 1_000_000, shutdownTimeoutMs: 1000, jobStateCheckMs: 60_000 } as AppConfig;
   const processor = new GenerationProcessor(
     {} as JobQueue,
     items as unknown as HistoryRepository,
     lifecycle as unknown as JobLifecycle,
-    events as unknown as JobEvents,
+    new RunningJobs(events as unknown as JobEvents, items as unknown as HistoryRepository, config),
     { get: () => Promise.resolve(Buffer.alloc(1)) } as unknown as ObjectStore,
     {} as ObjectStore,
     { route: () => ({ kind: 'local', engineName: 'local', engine }) } as unknown as EngineRegistry,
@@ -91,7 +93,7 @@ function workerWithCancelAfterRead() {
     } as unknown as EngineSlots,
     { for: () => ({}), abandon: () => Promise.resolve() } as unknown as EngineRuns,
     { start: () => ({ report: () => {}, end: () => {} }) } as unknown as JobProgress,
-    { imageMaxPixels: 1_000_000, shutdownTimeoutMs: 1000 } as AppConfig,
+    config,
     {
       observeQueueWait: () => {},
       startAttempt: () => () => {},

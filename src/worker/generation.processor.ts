@@ -9,7 +9,6 @@ import { inSpan } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { EngineRuns } from '../jobs/engine-runs.js';
-import { JobEvents } from '../jobs/job-events.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobProgress } from '../jobs/job-progress.js';
 import { INPUT_STORE, MEDIA_STORE, outputKey } from '../media/media.js';
@@ -27,6 +26,7 @@ import {
   WorkerShutdown,
 } from '../engines/index.js';
 import { EngineSlots } from './engine-slots.js';
+import { RunningJobs } from './running-jobs.js';
 
 /** How long jobs stopped by a shutdown get to record their stop (their attempt, the model run's cancel, their spans). */
 const STOPPING_MS = 5_000;
@@ -55,7 +55,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     private readonly queue: JobQueue,
     private readonly items: HistoryRepository,
     private readonly lifecycle: JobLifecycle,
-    private readonly events: JobEvents,
+    private readonly running: RunningJobs,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
     private readonly engines: EngineRegistry,
@@ -102,18 +102,13 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   async run(delivery: Delivery): Promise<void> {
     const id = delivery.historyItemId;
     // Canceled, deleted or timed out meanwhile (by an API request or the reconciler, in any process): the engine
-    // stops early, since its result would be thrown away, and tells its model server to stop. Watched before the item
+    // stops early, since its result would be thrown away, and tells its model server to stop. Followed before the item
     // is read, so an end committed just after the read is not missed.
-    const endedElsewhere = new AbortController();
-    const unwatch = await this.events.watch({ historyItemId: id }, (event) => {
-      if (event.kind === 'completed' || event.kind === 'failed' || event.kind === 'deleted') {
-        endedElsewhere.abort(new Error(`item ${event.kind}`));
-      }
-    });
+    const followed = await this.running.follow(id);
     try {
-      await this.runWatched(delivery, endedElsewhere.signal);
+      await this.runWatched(delivery, followed.ended);
     } finally {
-      unwatch();
+      followed.stop();
     }
   }
 

@@ -5,9 +5,10 @@ import { EngineSlots } from './engine-slots.js';
 import { GenerationProcessor } from './generation.processor.js';
 import { Reconciler } from './reconciler.js';
 import { RetentionSweep } from './retention.js';
+import { RunningJobs } from './running-jobs.js';
 
 @Module({
   imports: [JobsModule, EnginesModule],
-  providers: [EngineSlots, GenerationProcessor, Reconciler, RetentionSweep],
+  providers: [EngineSlots, GenerationProcessor, Reconciler, RetentionSweep, RunningJobs],
 })
 export class WorkerModule {}

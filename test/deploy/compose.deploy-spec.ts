@@ -194,6 +194,16 @@ describe('docker/Dockerfile', () => {
     expect(unsupported).toEqual([]);
   });
 
+  it("copies what the package's install scripts run, since npm ci runs them", () => {
+    const scripts = (
+      JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+    ).scripts;
+    const run = scripts.preinstall.match(/scripts\/\S+/g) ?? [];
+
+    expect(run).not.toEqual([]);
+    for (const path of run) expect(copiedPaths()).toContain(path);
+  });
+
   it('ships the contract the service reads at run time', () => {
     expect(copiedPaths()).toContain('openapi/openapi.yaml');
   });

@@ -26,11 +26,8 @@ import {
 import { type PrivateServer, startPrivatePostgres } from '../support/private-servers.js';
 import { bearer, Client, postJob } from '../support/client.js';
 
-const DOWN_MS = 4000;
 const CLIENTS = 3;
 const PAUSE_MS = 100;
-/** Jobs still in the engine when the database goes away: they finish during the outage. */
-const IN_FLIGHT_ENGINE_MS = 1500;
 
 describe('PostgreSQL restarted under a running service', () => {
   let postgres: PrivateServer & { initdbMs: number };
@@ -41,16 +38,20 @@ describe('PostgreSQL restarted under a running service', () => {
   let api: RunningService;
   let worker: RunningService;
   let key: string;
-  const slow = new Set<string>();
+  /** Jobs held in the engine until the database has gone away: they finish during the outage. */
+  const held = new Set<string>();
+  let endHold!: () => void;
+  const outageBegun = new Promise<void>((resolve) => (endHold = resolve));
 
   beforeAll(async () => {
     postgres = await startPrivatePostgres();
     world = await WorkerWorld.create(
       (request) => ({
         kind: 'succeed',
-        delayMs: slow.has(Object.values(request.images)[0]) ? IN_FLIGHT_ENGINE_MS : 50,
+        delayMs: 50,
+        until: held.has(Object.values(request.images)[0]) ? outageBegun : undefined,
       }),
-      // Both slow jobs run on the model at once.
+      // Both held jobs run on the model at once.
       { queue: false, servers: { adminDatabaseUrl: postgres.url }, concurrency: 2 },
     );
     ({ env, processes, fake } = world);
@@ -68,13 +69,14 @@ describe('PostgreSQL restarted under a running service', () => {
     const before = await submit(api.baseUrl, key, await uniqueImage());
     await expectCompleteWithOutputs(api.baseUrl, await final(api.baseUrl, key, before));
     const inFlightImages = await Promise.all([uniqueImage(), uniqueImage()]);
-    for (const clothes of inFlightImages) slow.add(sha256(clothes));
+    for (const clothes of inFlightImages) held.add(sha256(clothes));
     const inFlight = await Promise.all(inFlightImages.map((clothes) => submit(api.baseUrl, key, clothes)));
-    await fake.waitFor((f) => f.inFlight().length === inFlightImages.length, 'both slow jobs to be in the engine');
+    await fake.waitFor((f) => f.inFlight().length === inFlightImages.length, 'both held jobs to be in the engine');
 
     const started = performance.now();
     await postgres.stop();
     const downAt = millisSince(started);
+    endHold();
     const answers: Answer[] = [];
     // Raw requests: every answer is recorded as it came, whatever it is.
     const requests: [string, () => Promise<Response>][] = [
@@ -109,7 +111,16 @@ describe('PostgreSQL restarted under a running service', () => {
       }
     };
     const clients = Array.from({ length: CLIENTS }, (_, index) => client(index * 2));
-    await new Promise((resolve) => setTimeout(resolve, DOWN_MS));
+    // Down until each kind of request was answered as many times as there are clients (a request that hangs holds
+    // its client, and the wait fails), and the held jobs' model runs have finished.
+    await waitUntil(
+      () => requests.every(([what]) => answers.filter((a) => a.what === what).length >= CLIENTS),
+      `each kind of request to be answered ${CLIENTS} times while the database is down`,
+    );
+    await fake.waitFor(
+      (f) => inFlightImages.every((clothes) => f.requestsFor(clothes)[0].answered),
+      'the engine to answer the held jobs during the outage',
+    );
     stop = true;
     await Promise.all(clients);
     const upStartedAt = millisSince(started);
@@ -146,7 +157,6 @@ describe('PostgreSQL restarted under a running service', () => {
     for (const answer of apiAnswers) expectUnavailableProblem(answer);
     for (const answer of answers.filter((a) => a.what === 'GET ready')) expect(answer.status).toBe(503);
     for (const answer of answers.filter((a) => a.what === 'GET live')) expect(answer.status).toBe(200);
-    expect(apiAnswers.length).toBeGreaterThan(CLIENTS);
 
     await expectCompleteWithOutputs(api.baseUrl, afterItem);
     for (const item of inFlightItems) await expectCompleteWithOutputs(api.baseUrl, item);

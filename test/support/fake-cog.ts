@@ -33,7 +33,14 @@ export type FakeCogAnswer =
    * kept at the fake's own URL for it all the same, `/outputs/<prediction id>.png`). The fake's `/redirect?to=<url>`
    * answers 302 to that URL.
    */
-  | { kind: 'succeed'; delayMs?: number; image?: Buffer; as?: 'data-uri' | 'url' | 'list' | { url: string } }
+  | {
+      kind: 'succeed';
+      delayMs?: number;
+      image?: Buffer;
+      as?: 'data-uri' | 'url' | 'list' | { url: string };
+      /** Holds the run until this settles, then runs `delayMs`: for a test to decide when a model finishes. */
+      until?: Promise<unknown>;
+    }
   /** Runs `delayMs`, then the model raises: `status: failed` with `error`. */
   | { kind: 'fail'; error: string; delayMs?: number }
   /** Answers that HTTP status with a JSON `{detail}` body after `delayMs`, without running the model. */
@@ -166,6 +173,7 @@ export async function startFakeCog(
   let current = behaviour;
   let schema = options.schema ?? catalogSchema();
   let schemaFailure: number | 'hang' | undefined;
+  let isClosed = false;
   const concurrency = options.concurrency ?? 1;
   const requests: FakeCogRequest[] = [];
   const received = new Map<string, Buffer>();
@@ -185,6 +193,7 @@ export async function startFakeCog(
   }
 
   function later(ms: number, action: () => void): void {
+    if (isClosed) return;
     const timer = setTimeout(() => {
       timers.delete(timer);
       action();
@@ -383,7 +392,13 @@ export async function startFakeCog(
     if (answer.kind === 'hang') return;
 
     const badFile = unreadableFile(input);
-    later(answer.delayMs ?? 0, () => {
+    const held = answer.kind === 'succeed' ? answer.until : undefined;
+    const afterHold = (action: () => void) => {
+      const go = () => later(answer.delayMs ?? 0, action);
+      if (held) void held.then(go, go);
+      else go();
+    };
+    afterHold(() => {
       if (ended) return;
       if (badFile) {
         ended = true;
@@ -545,6 +560,7 @@ export async function startFakeCog(
       }
     },
     async close() {
+      isClosed = true;
       for (const timer of timers) clearTimeout(timer);
       timers.clear();
       const closed = once(server, 'close');
