@@ -143,6 +143,7 @@ async function run(command: CliCommand, app: INestApplicationContext, config: Ap
     }
     case 'limits set':
     case 'limits reset': {
+      // `limits set` carries the limits given; the others are undefined and stay as they are.
       const limits =
         command.name === 'limits set'
           ? command

@@ -33,9 +33,7 @@ export const FAIR_SHARE = 'fair-share:';
  * How long a lease lasts unless renewed: what a crashed replica's requests go on counting for. Its holder renews it
  * three times as often, so a renewal or two may fail (Redis restarting) without the lease lapsing.
  */
-export const FAIR_SHARE_LEASE_MS = 30_000;
-/** Injection token of the lease length, for tests that end a process's leases by letting them lapse. */
-export const LEASE_MS = Symbol('FAIR_SHARE_LEASE_MS');
+const LEASE_MS = 30_000;
 
 /** When a refused client may try again: nothing says when a held request ends, so a short wait, as for the pending. */
 const RETRY_AFTER_SECONDS = '5';
@@ -76,7 +74,7 @@ interface LeaseCommands {
  * Each user's share of what holds a request open, at once, counted in Redis across every API replica: uploads in
  * progress, open event streams and held `Prefer: wait` requests. A request holds a lease from when it is let in until
  * its response closes, however that happens (answered, an error, the client going away, the process shutting down);
- * a replica that dies without giving its leases back stops renewing them, and they lapse after FAIR_SHARE_LEASE_MS.
+ * a replica that dies without giving its leases back stops renewing them, and they lapse after LEASE_MS.
  *
  * Hand-written rather than redis-semaphore (the engines' slots), which renews each lease on a timer of its own: its
  * renewal failing (Redis restarting) is an unhandled rejection that ends the process (swarthy/redis-semaphore#199), and
@@ -95,7 +93,8 @@ export class FairShare implements OnApplicationShutdown {
   constructor(
     @Inject(REDIS) private readonly redis: Redis,
     private readonly limits: UserLimits,
-    @Optional() @Inject(LEASE_MS) private readonly leaseMs: number = FAIR_SHARE_LEASE_MS,
+    // Nothing provides it in the service, which gets the default; a test gives a short one, to see leases lapse.
+    @Optional() private readonly leaseMs: number = LEASE_MS,
   ) {
     redis.defineCommand('takeLease', { numberOfKeys: 1, lua: TAKE_LEASE });
     redis.defineCommand('renewLeases', { numberOfKeys: 1, lua: RENEW_LEASES });
