@@ -47,6 +47,7 @@ function describe(error: unknown): string {
       return 'The API key was not accepted. Check it and enter it again.';
     case 'rate_limited':
     case 'too_many_pending':
+    case 'too_many_concurrent_requests':
       return `${error.message} Try again in ${error.retryAfter ?? 60} seconds.`;
     case 'service_unavailable':
       return `The service is briefly unavailable. Try again in ${error.retryAfter ?? 5} seconds.`;

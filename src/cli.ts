@@ -99,7 +99,19 @@ async function run(command: CliCommand, app: INestApplicationContext, config: Ap
       return 0;
     }
     case 'users list':
-      print(['name', 'created', 'items', 'pending', 'max pending', 'creations a minute'].join('\t'));
+      print(
+        [
+          'name',
+          'created',
+          'items',
+          'pending',
+          'max pending',
+          'creations a minute',
+          'uploads at once',
+          'event streams',
+          'held requests',
+        ].join('\t'),
+      );
       for (const user of await app.get(UserRepository).list()) {
         const own = (value: number | null, fallback: number) => (value === null ? `${fallback} (default)` : `${value}`);
         print(
@@ -110,6 +122,9 @@ async function run(command: CliCommand, app: INestApplicationContext, config: Ap
             user.pending,
             own(user.maxPending, config.limitMaxPending),
             own(user.creationsPerMinute, config.limitCreationsPerMinute),
+            own(user.concurrentUploads, config.limitConcurrentUploads),
+            own(user.eventStreams, config.limitEventStreams),
+            own(user.heldRequests, config.limitHeldRequests),
           ].join('\t'),
         );
       }
@@ -128,10 +143,17 @@ async function run(command: CliCommand, app: INestApplicationContext, config: Ap
     }
     case 'limits set':
     case 'limits reset': {
+      // `limits set` carries the limits given; the others are undefined and stay as they are.
       const limits =
         command.name === 'limits set'
-          ? { maxPending: command.maxPending, creationsPerMinute: command.creationsPerMinute }
-          : { maxPending: null, creationsPerMinute: null };
+          ? command
+          : {
+              maxPending: null,
+              creationsPerMinute: null,
+              concurrentUploads: null,
+              eventStreams: null,
+              heldRequests: null,
+            };
       if (!(await app.get(UserRepository).setLimits(command.user, limits))) {
         return fail(`No user named "${command.user}".`);
       }

@@ -67,7 +67,13 @@ export async function run() {
   const pollAgent = keepAliveAgentWithIdleTimeout(POLLERS);
   const submitAgent = keepAliveAgentWithIdleTimeout(SUBMITTERS);
   try {
-    const noLimits = { LIMIT_MAX_PENDING: '1000000', LIMIT_CREATIONS_PER_MINUTE: '1000000' };
+    const noLimits = {
+      LIMIT_MAX_PENDING: '1000000',
+      LIMIT_CREATIONS_PER_MINUTE: '1000000',
+      LIMIT_CONCURRENT_UPLOADS: '1000000',
+      LIMIT_EVENT_STREAMS: '1000000',
+      LIMIT_HELD_REQUESTS: '1000000',
+    };
     const [api, worker] = await Promise.all([
       env.startService({ ROLE: 'api', ...noLimits }),
       env.startService({ ROLE: 'worker', ...noLimits }),

@@ -15,6 +15,10 @@ describe('parseCli', () => {
       ['limits', 'set', '--per-minute', '120', '--user', 'ann'],
       { name: 'limits set', user: 'ann', maxPending: undefined, creationsPerMinute: 120 },
     ],
+    [
+      ['limits', 'set', '--user', 'ann', '--uploads', '2', '--streams', '5', '--held', '1'],
+      { name: 'limits set', user: 'ann', concurrentUploads: 2, eventStreams: 5, heldRequests: 1 },
+    ],
     [['limits', 'reset', '--user', 'ann'], { name: 'limits reset', user: 'ann' }],
   ])('reads %j', (args, command) => {
     expect(parseCli(args)).toEqual(command);
@@ -35,6 +39,9 @@ describe('parseCli', () => {
     [['limits', 'set', '--user', 'ann']],
     [['limits', 'set', '--user', 'ann', '--pending', '1.5']],
     [['limits', 'set', '--user', 'ann', '--per-minute', '1000001']],
+    [['limits', 'set', '--user', 'ann', '--streams', '0']],
+    [['limits', 'set', '--user', 'ann', '--held', 'all']],
+    [['limits', 'set', '--user', 'ann', '--uploads']],
     [['users', 'list', '--all']],
   ])('refuses %j', (args) => {
     expect(() => parseCli(args)).toThrow(UsageError);

@@ -7,7 +7,15 @@ export type CliCommand =
   | { name: 'keys revoke'; keyOrPrefix: string }
   | { name: 'users list' }
   | { name: 'users delete'; user: string; yes: boolean }
-  | { name: 'limits set'; user: string; maxPending?: number; creationsPerMinute?: number }
+  | {
+      name: 'limits set';
+      user: string;
+      maxPending?: number;
+      creationsPerMinute?: number;
+      concurrentUploads?: number;
+      eventStreams?: number;
+      heldRequests?: number;
+    }
   | { name: 'limits reset'; user: string };
 
 export const USAGE = `Usage: igs <command>   (in the image: node dist/cli.js <command>)
@@ -21,18 +29,30 @@ export const USAGE = `Usage: igs <command>   (in the image: node dist/cli.js <co
                                              files (pending jobs are canceled first); without --yes, print
                                              what would go and change nothing
   igs limits set --user <name> [--pending <n>] [--per-minute <n>]
-                                             the user's own limits over LIMIT_MAX_PENDING and
-                                             LIMIT_CREATIONS_PER_MINUTE; in effect everywhere within 10 s
+                 [--uploads <n>] [--streams <n>] [--held <n>]
+                                             the user's own limits over LIMIT_MAX_PENDING,
+                                             LIMIT_CREATIONS_PER_MINUTE and, at once, LIMIT_CONCURRENT_UPLOADS,
+                                             LIMIT_EVENT_STREAMS and LIMIT_HELD_REQUESTS; in effect
+                                             everywhere within 10 s
   igs limits reset --user <name>             back to the defaults
 
 It reads the service's settings (DATABASE_URL, REDIS_URL, STORAGE...) from the environment, as the service does.
 \`npm run apikey -- create|list|revoke\` are \`igs keys create|list|revoke\`.
 `;
 
+/** The options of `igs limits set`, and the limit each sets. */
+const LIMIT_FLAGS = {
+  pending: 'maxPending',
+  'per-minute': 'creationsPerMinute',
+  uploads: 'concurrentUploads',
+  streams: 'eventStreams',
+  held: 'heldRequests',
+} as const;
+
 /** Arguments that do not make a command: the caller prints the usage and exits 2. */
 export class UsageError extends Error {}
 
-/** The largest limit `igs limits set` takes, as LIMIT_MAX_PENDING and LIMIT_CREATIONS_PER_MINUTE do. */
+/** The largest limit `igs limits set` takes, as the LIMIT_* settings do. */
 const MAX_LIMIT = 1_000_000;
 
 /**
@@ -61,16 +81,21 @@ export function parseCli(args: readonly string[]): CliCommand {
       return { name: 'users delete', user: required(positionals[0], '<name>'), yes: values.yes === true };
     }
     case 'limits set': {
-      const { values } = parse(options, { user: 'string', pending: 'string', 'per-minute': 'string' }, 0);
+      const flags = Object.fromEntries(Object.keys(LIMIT_FLAGS).map((flag) => [flag, 'string' as const]));
+      const { values } = parse(options, { user: 'string', ...flags }, 0);
       const user = required(values.user, '--user');
-      if (values.pending === undefined && values['per-minute'] === undefined) {
-        throw new UsageError('limits set needs --pending, --per-minute or both');
+      const given = Object.entries(LIMIT_FLAGS).filter(([flag]) => values[flag] !== undefined);
+      if (given.length === 0) {
+        throw new UsageError(
+          `limits set needs at least one of ${Object.keys(LIMIT_FLAGS)
+            .map((flag) => `--${flag}`)
+            .join(', ')}`,
+        );
       }
       return {
         name: 'limits set',
         user,
-        maxPending: limit(values.pending, '--pending'),
-        creationsPerMinute: limit(values['per-minute'], '--per-minute'),
+        ...Object.fromEntries(given.map(([flag, field]) => [field, limit(values[flag], `--${flag}`)])),
       };
     }
     case 'limits reset': {

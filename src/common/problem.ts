@@ -26,6 +26,7 @@ const PROBLEM_TYPES: Record<ProblemCode, { status: number; title: string }> = {
   invalid_webhook_url: { status: 422, title: 'Invalid webhook URL' },
   rate_limited: { status: 429, title: 'Too many requests' },
   too_many_pending: { status: 429, title: 'Too many pending jobs' },
+  too_many_concurrent_requests: { status: 429, title: 'Too many concurrent requests' },
   service_unavailable: { status: 503, title: 'Service unavailable' },
   internal_error: { status: 500, title: 'Internal error' },
 };

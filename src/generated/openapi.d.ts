@@ -102,7 +102,10 @@ export interface paths {
          *     never deduplicated.
          *
          *     **Limits per user.** At most 10 pending jobs (`429 too_many_pending`) and 60 job creations a
-         *     minute (`429 rate_limited`); wait the `Retry-After` seconds.
+         *     minute (`429 rate_limited`); wait the `Retry-After` seconds. At most 4 job creations may be
+         *     uploading at once, and a creation with `Prefer: wait` is one of the user's at most 20 held
+         *     requests from its first byte to its answer: one more answers `429
+         *     too_many_concurrent_requests`, before its body is read, and creates nothing.
          *
          *     **Knowing sooner than polling.** Send `Prefer: wait=N` (1 to 60 seconds, RFC 7240) to have a job
          *     that ends within N seconds answered `200` with its final `status`; otherwise the answer is
@@ -165,7 +168,9 @@ export interface paths {
          *
          *     Instead of polling, send `Prefer: wait=N` (1 to 60): the answer comes as soon as the item is
          *     final, or after N seconds with it still `pending`, with `Preference-Applied: wait=N`. Or open
-         *     its event stream (`GET /user/generation-history/{id}/events`).
+         *     its event stream (`GET /user/generation-history/{id}/events`). A user may have at most 20
+         *     requests held by `Prefer: wait` at once (item reads and job creations together); one more
+         *     answers `429 too_many_concurrent_requests` (a read without `Prefer` is never refused for it).
          */
         get: operations["getHistoryItem"];
         put?: never;
@@ -205,7 +210,9 @@ export interface paths {
          *     item as its only event. Each event is `event: item` with `data:` the item exactly as
          *     `GET /user/generation-history/{id}` returns it; a comment line (`: keep-alive`) every 15 s
          *     keeps proxies from closing the connection. Events reach a stream on any API replica.
-         *     An id that is not a UUID answers `400`; another user's or a missing item `404`.
+         *     An id that is not a UUID answers `400`; another user's or a missing item `404`. A user may
+         *     have at most 20 event streams open at once, this one and `GET /user/events` together: one
+         *     more answers `429 too_many_concurrent_requests`; close one first.
          *
          *     **Reconnecting.** An API replica that shuts down (a rollout) ends its streams with a last
          *     event, `event: reconnect` with `data: {}`, in a block that also holds a `retry:` field (the
@@ -277,7 +284,9 @@ export interface paths {
          *     URL (another replica answers), and once it is open list the history again: the changes made
          *     while no stream was open are not replayed. A browser `EventSource` reconnects by itself
          *     whenever a stream ends, after `retry`; list again on its `open` event. Any other end of the
-         *     stream (a proxy's timeout, a network error) is handled the same way.
+         *     stream (a proxy's timeout, a network error) is handled the same way. It counts towards the
+         *     user's at most 20 open event streams (see the item's stream): one more answers `429
+         *     too_many_concurrent_requests`.
          */
         get: operations["streamUserEvents"];
         put?: never;
@@ -847,7 +856,7 @@ export interface components {
          *     | `unsupported_media_type` | 415 |
          *     | `headers_too_large` | 431 (the request's header fields together are over 16 KB) |
          *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url` | 422 |
-         *     | `rate_limited`, `too_many_pending` | 429 |
+         *     | `rate_limited`, `too_many_pending`, `too_many_concurrent_requests` | 429 |
          *     | `service_unavailable` | 503 |
          *     | `internal_error` | 500 (a fault in the service, never caused by client input) |
          */
@@ -877,7 +886,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history
@@ -1071,10 +1080,11 @@ export interface components {
             };
         };
         /**
-         * @description A limit is reached. Per user: 60 job creations a minute (`rate_limited`) or 10 pending jobs
-         *     (`too_many_pending`). Per client address: 30 failed authentications a minute
-         *     (`rate_limited`), after which every request from that address that needs a key is refused,
-         *     before its key is checked. Wait `Retry-After` seconds before trying again.
+         * @description A limit is reached. Per user: 60 job creations a minute (`rate_limited`), 10 pending jobs
+         *     (`too_many_pending`), or, at once, 4 uploads in progress, 20 open event streams or 20
+         *     requests held by `Prefer: wait` (`too_many_concurrent_requests`). Per client address: 30
+         *     failed authentications a minute (`rate_limited`), after which every request from that
+         *     address that needs a key is refused, before its key is checked. Wait `Retry-After` seconds before trying again.
          */
         TooManyRequests: {
             headers: {

@@ -4,6 +4,7 @@ import { CurrentUser, type Principal } from '../auth/auth.decorators.js';
 import { Draining } from '../common/draining.js';
 import { holdOpen, preferredWait } from '../common/prefer.js';
 import { AppConfig } from '../config/config.js';
+import { FairShare } from '../users/fair-share.js';
 import { GenerationService } from './generation.service.js';
 
 @Controller('generation')
@@ -12,6 +13,7 @@ export class GenerationController {
     private readonly generation: GenerationService,
     private readonly config: AppConfig,
     private readonly draining: Draining,
+    private readonly fairShare: FairShare,
   ) {}
 
   /** Served with and without the trailing slash the specification gives it. */
@@ -19,6 +21,8 @@ export class GenerationController {
   async create(@CurrentUser() user: Principal, @Req() request: Request, @Res() response: Response): Promise<void> {
     // A malformed Prefer is refused before the upload is read.
     const wait = preferredWait(request.headers.prefer);
+    // Held from the first byte to the answer: refused before the upload is read, never after its job was accepted.
+    if (wait !== undefined) await this.fairShare.take(user.userId, 'held', response);
     let answer = await this.generation.create(user.userId, request, response);
     if (wait !== undefined && answer.status === 202) {
       holdOpen(request, response, wait, this.config.httpIdleTimeoutMs, this.draining.signal);

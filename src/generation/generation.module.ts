@@ -3,14 +3,14 @@ import { JobsModule } from '../jobs/jobs.module.js';
 import { GenerationController } from './generation.controller.js';
 import { GenerationService } from './generation.service.js';
 import { IdempotencyKeys } from './idempotency.js';
-import { UsersModule } from '../users/users.module.js';
-import { CreationRateLimit, UserLimits } from './limits.js';
+import { LimitsModule } from '../users/limits.module.js';
+import { CreationRateLimit } from './limits.js';
 import { UploadParser } from './upload.js';
 import { UploadLeftovers } from './upload-leftovers.js';
 
 @Module({
-  imports: [JobsModule, UsersModule],
+  imports: [JobsModule, LimitsModule],
   controllers: [GenerationController],
-  providers: [GenerationService, UploadParser, UploadLeftovers, IdempotencyKeys, CreationRateLimit, UserLimits],
+  providers: [GenerationService, UploadParser, UploadLeftovers, IdempotencyKeys, CreationRateLimit],
 })
 export class GenerationModule {}

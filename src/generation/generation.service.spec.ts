@@ -9,10 +9,12 @@ import type { AppConfig } from '../config/config.js';
 import type { JobLifecycle } from '../jobs/job-lifecycle.js';
 import type { JobWaits } from '../jobs/job-waits.js';
 import { LocalObjectStore } from '../media/object-store.js';
+import type { FairShare } from '../users/fair-share.js';
 import type { UserRepository } from '../users/user.repository.js';
+import { UserLimits } from '../users/user-limits.js';
 import { GenerationService } from './generation.service.js';
 import type { IdempotencyKeys } from './idempotency.js';
-import { type CreationRateLimit, UserLimits } from './limits.js';
+import type { CreationRateLimit } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
 
 describe('GenerationService', () => {
@@ -55,6 +57,7 @@ describe('GenerationService', () => {
       {} as IdempotencyKeys,
       rateLimit,
       new UserLimits(users, { limitMaxPending: 10, limitCreationsPerMinute: 60 } as AppConfig),
+      { take: () => Promise.resolve(() => {}) } as unknown as FairShare,
     );
     const request = { headersDistinct: {} } as Request;
 

@@ -10,7 +10,9 @@ import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
 import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
-import { CreationRateLimit, UserLimits } from './limits.js';
+import { FairShare } from '../users/fair-share.js';
+import { UserLimits } from '../users/user-limits.js';
+import { CreationRateLimit } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
 
 const PENDING_RETRY_AFTER_SECONDS = '5';
@@ -25,13 +27,16 @@ export class GenerationService {
     private readonly idempotency: IdempotencyKeys,
     private readonly rateLimit: CreationRateLimit,
     private readonly limits: UserLimits,
+    private readonly fairShare: FairShare,
   ) {}
 
   /** Validates the upload, records the job and queues it; answers what the client is to receive. */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
     const idempotencyKey = IdempotencyKeys.validate(request.headersDistinct['idempotency-key']);
     await this.rateLimit.check(userId);
-    const upload = await this.uploads.parse(request, response);
+    // Taken before the first byte of the body is read, and given back once the whole of it is.
+    const uploading = await this.fairShare.take(userId, 'uploads', response);
+    const upload = await this.uploads.parse(request, response).finally(uploading);
     let accepted: StoredResponse | undefined;
     try {
       if (!idempotencyKey) return (accepted = await this.accept(userId, upload));

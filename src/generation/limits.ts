@@ -3,49 +3,10 @@ import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import { count } from '../common/count.js';
 import { DomainError } from '../common/problem.js';
-import { AppConfig } from '../config/config.js';
 import { REDIS } from '../redis/redis.module.js';
-import { UserRepository } from '../users/user.repository.js';
+import { UserLimits } from '../users/user-limits.js';
 
 const WINDOW_MS = 60_000;
-
-/** A user's limits in effect: their own (`igs limits set`) where set, the service's defaults elsewhere. */
-export interface Limits {
-  maxPending: number;
-  creationsPerMinute: number;
-}
-
-/**
- * How long a process keeps a user's limits: a change made with `igs limits` applies in every process within 10 s,
- * counted from the change, so the cached value lives a little less, leaving room for the read that fetched it.
- */
-const LIMITS_TTL_MS = 9_000;
-/** Users whose limits a process keeps at once; the least recently used go first. */
-const LIMITS_MAX_USERS = 10_000;
-
-/** Each user's limits, read from their `users` row at most once per LIMITS_TTL_MS per process. */
-@Injectable()
-export class UserLimits {
-  private readonly cache: LRUCache<string, Limits>;
-
-  constructor(users: UserRepository, config: AppConfig) {
-    this.cache = new LRUCache<string, Limits>({
-      max: LIMITS_MAX_USERS,
-      ttl: LIMITS_TTL_MS,
-      fetchMethod: async (userId) => {
-        const own = await users.limitsOf(userId);
-        return {
-          maxPending: own?.maxPending ?? config.limitMaxPending,
-          creationsPerMinute: own?.creationsPerMinute ?? config.limitCreationsPerMinute,
-        };
-      },
-    });
-  }
-
-  async of(userId: string): Promise<Limits> {
-    return (await this.cache.fetch(userId))!;
-  }
-}
 
 /**
  * Takes one creation when the weighted count leaves room for it: KEYS = this minute's and the previous

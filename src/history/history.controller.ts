@@ -18,6 +18,7 @@ import { Draining } from '../common/draining.js';
 import { holdOpen, preferredWait } from '../common/prefer.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
+import { FairShare } from '../users/fair-share.js';
 import type { HistoryItemDto } from '../jobs/history-item.dto.js';
 import { FeedbackDto, HistoryListQueryDto, type HistoryPageDto } from './history.dto.js';
 import { HistoryStreams, type StreamAccess } from './history-streams.js';
@@ -45,6 +46,7 @@ export class HistoryController {
     private readonly streams: HistoryStreams,
     private readonly config: AppConfig,
     private readonly draining: Draining,
+    private readonly fairShare: FairShare,
   ) {}
 
   @Get()
@@ -66,6 +68,7 @@ export class HistoryController {
   ): Promise<HistoryItemDto> {
     const wait = preferredWait(request.headers.prefer);
     if (wait === undefined) return this.history.get(user.userId, id);
+    await this.fairShare.take(user.userId, 'held', response);
     holdOpen(request, response, wait, this.config.httpIdleTimeoutMs, this.draining.signal);
     const item = await this.history.get(user.userId, id, wait);
     response.setHeader('Preference-Applied', `wait=${wait}`);
@@ -79,6 +82,7 @@ export class HistoryController {
     @StillAuthorized() access: StreamAccess,
     @Res() response: Response,
   ): Promise<void> {
+    await this.fairShare.take(user.userId, 'streams', response);
     await this.streams.followItem(user.userId, id, response, access);
   }
 
@@ -107,7 +111,10 @@ export class HistoryController {
 /** The caller's whole history as an event stream, for history pages. */
 @Controller('user')
 export class UserEventsController {
-  constructor(private readonly streams: HistoryStreams) {}
+  constructor(
+    private readonly streams: HistoryStreams,
+    private readonly fairShare: FairShare,
+  ) {}
 
   @Get('events')
   async events(
@@ -115,6 +122,7 @@ export class UserEventsController {
     @StillAuthorized() access: StreamAccess,
     @Res() response: Response,
   ): Promise<void> {
+    await this.fairShare.take(user.userId, 'streams', response);
     await this.streams.followUser(user.userId, response, access);
   }
 }

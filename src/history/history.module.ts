@@ -2,6 +2,7 @@ import { type MiddlewareConsumer, Module, type NestModule, RequestMethod } from 
 import { json, type NextFunction, type Request, type Response } from 'express';
 import { DomainError } from '../common/problem.js';
 import { JobsModule } from '../jobs/jobs.module.js';
+import { LimitsModule } from '../users/limits.module.js';
 import { HistoryController, UserEventsController } from './history.controller.js';
 import { HistoryStreams } from './history-streams.js';
 import { HistoryService } from './history.service.js';
@@ -16,7 +17,7 @@ function requireJsonBody(request: Request, _response: Response, next: NextFuncti
 }
 
 @Module({
-  imports: [JobsModule],
+  imports: [JobsModule, LimitsModule],
   controllers: [HistoryController, UserEventsController],
   providers: [HistoryService, HistoryStreams],
 })

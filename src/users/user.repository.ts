@@ -2,14 +2,30 @@ import { Injectable } from '@nestjs/common';
 import type { User } from '../auth/user.entity.js';
 import { Database } from '../database/database.js';
 
+/** A user's own limits; null where the service's default applies. */
+export type UserLimitsRow = Pick<
+  User,
+  'maxPending' | 'creationsPerMinute' | 'concurrentUploads' | 'eventStreams' | 'heldRequests'
+>;
+
+/** Each of a user's own limits and the column it is kept in. */
+const LIMIT_COLUMNS: Record<keyof UserLimitsRow, string> = {
+  maxPending: 'max_pending',
+  creationsPerMinute: 'creations_per_minute',
+  concurrentUploads: 'concurrent_uploads',
+  eventStreams: 'event_streams',
+  heldRequests: 'held_requests',
+};
+
+const LIMITS_SELECTED = Object.entries(LIMIT_COLUMNS)
+  .map(([field, column]) => `u.${column} AS "${field}"`)
+  .join(', ');
+
 /** A user as the operators' command line finds one. */
-export type UserRow = Pick<User, 'id' | 'name' | 'createdAt' | 'maxPending' | 'creationsPerMinute'>;
+export type UserRow = Pick<User, 'id' | 'name' | 'createdAt'> & UserLimitsRow;
 
 /** A user with their item counts, as `igs users list` shows them. */
 export type UserListingRow = UserRow & { items: number; pending: number };
-
-/** A user's own limits; null where the service's default applies. */
-export type UserLimitsRow = Pick<User, 'maxPending' | 'creationsPerMinute'>;
 
 /** What a user's removal takes with the user row (their items go first, through the job lifecycle). */
 export interface UserHoldings {
@@ -20,8 +36,7 @@ export interface UserHoldings {
   pending: number;
 }
 
-const USER_COLUMNS = `u.id, u.name, u.created_at AS "createdAt", u.max_pending AS "maxPending",
-       u.creations_per_minute AS "creationsPerMinute"`;
+const USER_COLUMNS = `u.id, u.name, u.created_at AS "createdAt", ${LIMITS_SELECTED}`;
 
 /**
  * The operators' statements on `users` (listing, limits, removal) and the per-user limits every creation reads. Keys
@@ -51,11 +66,11 @@ export class UserRepository {
     });
   }
 
-  /** The user's own limits: read on job creations (through a short cache, see UserLimits). */
+  /** The user's own limits: read on job creations, streams and held requests (through a short cache, UserLimits). */
   async limitsOf(userId: string): Promise<UserLimitsRow | undefined> {
     const [row] = await this.db.read<UserLimitsRow>({
       name: 'user-limits',
-      text: `SELECT max_pending AS "maxPending", creations_per_minute AS "creationsPerMinute" FROM users WHERE id = $1`,
+      text: `SELECT ${LIMITS_SELECTED} FROM users u WHERE u.id = $1`,
       values: [userId],
     });
     return row;
@@ -63,17 +78,15 @@ export class UserRepository {
 
   /** Sets the limits given (an undefined one is left as it is); resolves false when there is no such user. */
   async setLimits(name: string, limits: Partial<UserLimitsRow>): Promise<boolean> {
+    const values: unknown[] = [name];
+    const assignments = Object.entries(LIMIT_COLUMNS).map(([field, column]) => {
+      const value = limits[field as keyof UserLimitsRow];
+      values.push(value !== undefined, value ?? null);
+      return `${column} = CASE WHEN $${values.length - 1} THEN $${values.length}::int ELSE ${column} END`;
+    });
     const updated = await this.db.query({
-      text: `UPDATE users SET max_pending = CASE WHEN $2 THEN $3::int ELSE max_pending END,
-                              creations_per_minute = CASE WHEN $4 THEN $5::int ELSE creations_per_minute END
-              WHERE name = $1 RETURNING id`,
-      values: [
-        name,
-        limits.maxPending !== undefined,
-        limits.maxPending ?? null,
-        limits.creationsPerMinute !== undefined,
-        limits.creationsPerMinute ?? null,
-      ],
+      text: `UPDATE users SET ${assignments.join(', ')} WHERE name = $1 RETURNING id`,
+      values,
     });
     return updated.length > 0;
   }

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { DomainError } from '../../src/common/problem.js';
-import { CreationRateLimit, type UserLimits } from '../../src/generation/limits.js';
+import { CreationRateLimit } from '../../src/generation/limits.js';
+import type { UserLimits } from '../../src/users/user-limits.js';
 import { FAIL_FAST_OPTIONS, ServiceRedis } from '../../src/redis/redis.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 

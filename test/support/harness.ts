@@ -16,7 +16,8 @@ import { type Answer, Client, createJob, type HistoryItemBody, type ItemOrProble
 
 /**
  * Short locks, checks and sweeps so that recovery paths (stalled jobs, retries, the reconciler) run within a
- * few seconds instead of the production defaults' minutes.
+ * few seconds instead of the production defaults' minutes; and room for the dozens of jobs a test's one user uploads
+ * and waits for at once (the fair share itself is test/api/jobs/fair-share.api-spec.ts's).
  */
 export const FAST_TIMINGS: Record<string, string> = {
   JOB_LOCK_MS: '2000',
@@ -25,6 +26,8 @@ export const FAST_TIMINGS: Record<string, string> = {
   JOB_BACKOFF_MS: '100',
   SHUTDOWN_TIMEOUT_MS: '3000',
   LIMIT_MAX_PENDING: '100',
+  LIMIT_CONCURRENT_UPLOADS: '100',
+  LIMIT_HELD_REQUESTS: '100',
 };
 
 /** The tool every test here runs: one `clothes` image, sent to the fake Cog server. */

@@ -57,6 +57,9 @@ export async function run() {
       WORKER_CONCURRENCY: String(3 * SLOTS),
       LIMIT_MAX_PENDING: '100000',
       LIMIT_CREATIONS_PER_MINUTE: '100000',
+      LIMIT_CONCURRENT_UPLOADS: '100000',
+      LIMIT_EVENT_STREAMS: '100000',
+      LIMIT_HELD_REQUESTS: '100000',
     };
     const api = await env.startService({ ROLE: 'api', ...settings });
     const { authorization } = await createUserWithKey(env.databaseUrl);

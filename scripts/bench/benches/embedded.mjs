@@ -34,6 +34,9 @@ export async function run() {
       EMBEDDED_DB_PORT: String(port),
       LIMIT_MAX_PENDING: '1000000',
       LIMIT_CREATIONS_PER_MINUTE: '1000000',
+      LIMIT_CONCURRENT_UPLOADS: '1000000',
+      LIMIT_EVENT_STREAMS: '1000000',
+      LIMIT_HELD_REQUESTS: '1000000',
     });
     // The embedded database speaks the wire protocol on its port, with the password kept in its directory: the key
     // is written there like any other.

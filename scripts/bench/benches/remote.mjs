@@ -64,6 +64,9 @@ export async function run() {
     WORKER_CONCURRENCY: String(3 * SLOTS),
     LIMIT_MAX_PENDING: '1000000',
     LIMIT_CREATIONS_PER_MINUTE: '1000000',
+    LIMIT_CONCURRENT_UPLOADS: '1000000',
+    LIMIT_EVENT_STREAMS: '1000000',
+    LIMIT_HELD_REQUESTS: '1000000',
   };
   const api = await env.startService({ ROLE: 'api', ...settings });
   await env.startService({ ROLE: 'worker', ...settings });

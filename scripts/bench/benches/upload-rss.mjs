@@ -49,6 +49,9 @@ export async function run() {
       ROLE: 'api',
       LIMIT_MAX_PENDING: '1000000',
       LIMIT_CREATIONS_PER_MINUTE: '1000000',
+      LIMIT_CONCURRENT_UPLOADS: '1000000',
+      LIMIT_EVENT_STREAMS: '1000000',
+      LIMIT_HELD_REQUESTS: '1000000',
     });
     const { authorization } = await createUserWithKey(env.databaseUrl);
     const target = {

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type ProblemBody, postJob } from '../../support/client.js';
+import { bearer, type ProblemBody, postJob } from '../../support/client.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { inputsFor } from '../../support/jobs.js';
 import { runCli, type RunningService, startService } from '../../support/service.js';
@@ -8,6 +8,8 @@ import { runCli, type RunningService, startService } from '../../support/service
 const CLI_TIMEOUT_MS = 30_000;
 /** A change of limits applies in every process within this (OPERATIONS.md). */
 const LIMITS_APPLY_MS = 10_000;
+/** What `igs users list` shows of a user's limits while the defaults apply (the service's, as set below). */
+const DEFAULT_SHARES = ['4 (default)', '20 (default)', '20 (default)'];
 
 describe('igs', () => {
   let env: TestEnvironment;
@@ -101,7 +103,7 @@ describe('igs', () => {
       const result = await sut('limits', 'set', '--user', 'half', '--pending', '3', '--per-minute', '-1');
 
       expect(result.code).toBe(2);
-      expect((await userLine('half')).slice(4)).toEqual(['100 (default)', '1000 (default)']);
+      expect((await userLine('half')).slice(4)).toEqual(['100 (default)', '1000 (default)', ...DEFAULT_SHARES]);
     },
     CLI_TIMEOUT_MS,
   );
@@ -134,12 +136,59 @@ describe('igs', () => {
       const refused = await submitUntil(key, (answer) => answer.status === 429);
       expect(refused).toMatchObject({ status: 429, problem: { code: 'too_many_pending' } });
       expect(refused.problem?.detail).toBe('At most 1 job may be pending at once; wait for some to finish.');
-      expect((await userLine('limited')).slice(4)).toEqual(['1', '1000 (default)']);
+      expect((await userLine('limited')).slice(4)).toEqual(['1', '1000 (default)', ...DEFAULT_SHARES]);
 
       expect((await sut('limits', 'reset', '--user', 'limited')).code).toBe(0);
 
       expect((await submitUntil(key, (answer) => answer.status === 202)).status).toBe(202);
-      expect((await userLine('limited')).slice(4)).toEqual(['100 (default)', '1000 (default)']);
+      expect((await userLine('limited')).slice(4)).toEqual(['100 (default)', '1000 (default)', ...DEFAULT_SHARES]);
+    },
+    3 * CLI_TIMEOUT_MS,
+  );
+
+  it(
+    "sets a user's share at once of uploads, event streams and held requests, in effect in the running service within 10 s",
+    async () => {
+      const key = await createKey('streamer');
+      const open = () => fetch(`${service.baseUrl}/user/events`, { headers: bearer(key) });
+      /** Opens a second stream beside `first` until its answer passes `check`, for at most LIMITS_APPLY_MS. */
+      const secondUntil = async (check: (status: number) => boolean) => {
+        const deadline = Date.now() + LIMITS_APPLY_MS;
+        for (;;) {
+          const second = await open();
+          let body: ProblemBody | undefined;
+          if (second.status === 200) await second.body?.cancel();
+          else body = (await second.json()) as ProblemBody;
+          if (check(second.status) || Date.now() > deadline) return { status: second.status, problem: body };
+          await sleep(250);
+        }
+      };
+      // The service has read (and keeps) the user's limits: the defaults, 20 streams.
+      const first = await open();
+      expect(first.status).toBe(200);
+      try {
+        expect((await secondUntil((status) => status === 200)).status).toBe(200);
+
+        const set = await sut('limits', 'set', '--user', 'streamer', '--streams', '1', '--uploads', '3', '--held', '2');
+        expect(set.code).toBe(0);
+
+        const refused = await secondUntil((status) => status === 429);
+        expect(refused).toMatchObject({
+          status: 429,
+          problem: {
+            code: 'too_many_concurrent_requests',
+            detail: 'At most 1 event stream may be open at once; close one first.',
+          },
+        });
+        expect((await userLine('streamer')).slice(4)).toEqual(['100 (default)', '1000 (default)', '3', '1', '2']);
+
+        expect((await sut('limits', 'reset', '--user', 'streamer')).code).toBe(0);
+
+        expect((await secondUntil((status) => status === 200)).status).toBe(200);
+        expect((await userLine('streamer')).slice(4)).toEqual(['100 (default)', '1000 (default)', ...DEFAULT_SHARES]);
+      } finally {
+        await first.body?.cancel();
+      }
     },
     3 * CLI_TIMEOUT_MS,
   );

@@ -29,7 +29,13 @@ describe('per-user limits on job creation', () => {
     let sut: RunningService;
 
     beforeAll(async () => {
-      sut = await startService({ ...env.serviceEnv, ROLE: 'api', LIMIT_MAX_PENDING: '2' });
+      // Six uploads at once may all be in progress together: only the pending limit refuses here.
+      sut = await startService({
+        ...env.serviceEnv,
+        ROLE: 'api',
+        LIMIT_MAX_PENDING: '2',
+        LIMIT_CONCURRENT_UPLOADS: '6',
+      });
     }, 60_000);
 
     afterAll(async () => {

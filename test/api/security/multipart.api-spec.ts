@@ -289,6 +289,9 @@ describe('hostile multipart bodies on job creation', () => {
       ...env.serviceEnv,
       ROLE: 'api',
       HTTP_IDLE_TIMEOUT_MS: String(IDLE_TIMEOUT_MS),
+      // Each attack comes from one key, many requests at once: what each request gets is tested here, not the user's
+      // share of uploads in progress (test/api/jobs/fair-share.api-spec.ts).
+      LIMIT_CONCURRENT_UPLOADS: '1000000',
       // Only for rssAfterGc; loopback, on a port of its own.
       NODE_OPTIONS: '--inspect=127.0.0.1:0',
     });
