@@ -9,14 +9,13 @@ const common = {
 
 /**
  * One project per tier: a test's folder is its tier, and its file suffix names the tier too. Tiers above unit start
- * real servers and processes: their hooks and tests get a minute by default (a slow or busy machine takes longer to
- * start a service, and a test that hangs still fails), where a test needs more it says so.
+ * real servers and processes, and take a longer default timeout (test/support/tier-timeout.ts).
  */
 const tier = (displayName, testMatch) => ({
   ...common,
   displayName,
   testMatch: [testMatch],
-  ...(displayName === 'unit' ? {} : { testTimeout: 60_000 }),
+  ...(displayName === 'unit' ? {} : { setupFilesAfterEnv: ['<rootDir>/test/support/tier-timeout.ts'] }),
 });
 
 export default {
