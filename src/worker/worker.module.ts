@@ -4,10 +4,11 @@ import { EnginesModule } from '../engines/index.js';
 import { EngineSlots } from './engine-slots.js';
 import { GenerationProcessor } from './generation.processor.js';
 import { Reconciler } from './reconciler.js';
+import { ResultLeftovers } from './result-leftovers.js';
 import { RetentionSweep } from './retention.js';
 
 @Module({
   imports: [JobsModule, EnginesModule],
-  providers: [EngineSlots, GenerationProcessor, Reconciler, RetentionSweep],
+  providers: [EngineSlots, GenerationProcessor, Reconciler, ResultLeftovers, RetentionSweep],
 })
 export class WorkerModule {}
