@@ -91,8 +91,10 @@ export class JobLifecycle {
         await this.media.deleteFolder(id);
         await writeOutputs();
       } catch (error) {
-        // The attempt fails and a retry writes them again; the item may be gone by then.
         await this.media.deleteFolder(id).catch(() => {});
+        // A delete, a cancel or a timeout removing the folder under the writes loses them their folder: the race is
+        // lost, not the attempt. Otherwise the attempt fails, and a retry writes them again.
+        if ((await this.items.findJob(id))?.status !== 'pending') return undefined;
         throw error;
       }
       const completed = await this.items.completeWhilePending(id);
