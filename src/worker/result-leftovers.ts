@@ -21,8 +21,8 @@ const ITEM_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
  * Removes result folders (`media/{id}/`, on disk or in the bucket) that no item keeps: one whose row is gone, or
  * which ended without a result (`error`). A removal's row goes before its files, so a storage failure or a crash
  * between the two leaves such a folder (a delete, retention, a user's removal, a run that lost its race to one of
- * them); this sweep finishes the job. At start-up, then every ten minutes, in one worker at a time (a Redis lock),
- * folders older than an hour go.
+ * them); this sweep finishes the job. At every worker's start, then every ten minutes in one worker at a time (a
+ * Redis lock), folders older than an hour go.
  */
 @Injectable()
 export class ResultLeftovers implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -37,8 +37,9 @@ export class ResultLeftovers implements OnApplicationBootstrap, OnApplicationShu
   ) {}
 
   onApplicationBootstrap(): void {
-    void this.tick();
-    this.timer = setInterval(() => void this.tick(), SWEEP_INTERVAL_MS).unref();
+    // Every worker at its start, so that a restart finishes what a crash left; then one worker a round.
+    void this.tick({ everyWorker: true });
+    this.timer = setInterval(() => void this.tick({ everyWorker: false }), SWEEP_INTERVAL_MS).unref();
   }
 
   async onApplicationShutdown(): Promise<void> {
@@ -46,12 +47,13 @@ export class ResultLeftovers implements OnApplicationBootstrap, OnApplicationShu
     await this.sweeping;
   }
 
-  private async tick(): Promise<void> {
+  private async tick({ everyWorker }: { everyWorker: boolean }): Promise<void> {
     if (this.sweeping) return;
-    this.sweeping = takeRound(this.redis, 'result-leftovers:lock', SWEEP_INTERVAL_MS)
-      .then(async (roundEnd) => {
-        if (roundEnd !== undefined) await this.sweep();
-      })
+    this.sweeping = (async () => {
+      if (!everyWorker && (await takeRound(this.redis, 'result-leftovers:lock', SWEEP_INTERVAL_MS)) === undefined)
+        return;
+      await this.sweep();
+    })()
       .catch((error: unknown) => this.logger.warn({ err: error }, 'could not sweep the media store'))
       .finally(() => (this.sweeping = undefined));
     await this.sweeping;

@@ -1,23 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import type { DynamicModule, INestApplicationContext } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { TypeOrmModule } from '@nestjs/typeorm';
-import { AUTH_ENTITIES } from '../../src/auth/auth.module.js';
-import { DrainingModule } from '../../src/common/draining.module.js';
-import { AppConfig } from '../../src/config/config.js';
-import { ConfigModule } from '../../src/config/config.module.js';
-import { DatabaseModule } from '../../src/database/database.module.js';
+import type { INestApplicationContext } from '@nestjs/common';
 import { Database } from '../../src/database/database.js';
 import type { JobErrorCode, JobStatus } from '../../src/jobs/history-item.entity.js';
 import { type JobEvent, JobEvents } from '../../src/jobs/job-events.js';
 import { JobLifecycle } from '../../src/jobs/job-lifecycle.js';
-import { JobsModule } from '../../src/jobs/jobs.module.js';
 import { INPUT_STORE, inputKey, MEDIA_STORE, outputKey } from '../../src/media/media.js';
-import { MediaModule } from '../../src/media/media.module.js';
 import type { ObjectStore } from '../../src/media/object-store.js';
-import { Metrics } from '../../src/metrics/metrics.js';
-import { RedisModule } from '../../src/redis/redis.module.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { bootLifecycle } from '../support/lifecycle.js';
 
 /** Rounds per pair of operations: each round is a new item, both operations started at once. */
 const ROUNDS = 12;
@@ -37,32 +27,6 @@ const PAIRS: [Operation, Operation][] = OPERATIONS.flatMap((first, index) =>
   OPERATIONS.slice(index).map((second): [Operation, Operation] => [first, second]),
 );
 
-/** The job lifecycle as a worker and the API run it, with the real repository, queue, Redis and local storage. */
-async function bootLifecycle(env: TestEnvironment): Promise<INestApplicationContext> {
-  const config = new AppConfig({ ...env.serviceEnv, ROLE: 'worker' });
-  const metrics: DynamicModule = {
-    module: class TestMetricsModule {},
-    global: true,
-    providers: [Metrics],
-    exports: [Metrics],
-  };
-  const root: DynamicModule = {
-    module: class LifecycleUnderTest {},
-    imports: [
-      ConfigModule.forRoot(config),
-      DatabaseModule,
-      DrainingModule.forRole({ api: false }),
-      RedisModule,
-      MediaModule,
-      metrics,
-      JobsModule,
-      // The users the items belong to.
-      TypeOrmModule.forFeature(AUTH_ENTITIES),
-    ],
-  };
-  return NestFactory.createApplicationContext(root, { logger: false, abortOnError: false });
-}
-
 describe('JobLifecycle on a real PostgreSQL, Redis and storage', () => {
   let env: TestEnvironment;
   let app: INestApplicationContext;
@@ -75,7 +39,7 @@ describe('JobLifecycle on a real PostgreSQL, Redis and storage', () => {
 
   beforeAll(async () => {
     env = await createTestEnvironment();
-    app = await bootLifecycle(env);
+    app = await bootLifecycle(env.serviceEnv);
     sut = app.get(JobLifecycle);
     db = app.get(Database);
     inputs = app.get(INPUT_STORE);
