@@ -1,7 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
-import { createServer, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { INestApplicationContext } from '@nestjs/common';
 import { Database } from '../../src/database/database.js';
 import { JobLifecycle } from '../../src/jobs/job-lifecycle.js';
@@ -11,60 +8,14 @@ import { Metrics } from '../../src/metrics/metrics.js';
 import { ResultLeftovers } from '../../src/worker/result-leftovers.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { bootLifecycle } from '../support/lifecycle.js';
-import { type S3Server, startS3Server } from '../support/s3rver.js';
+import { type RefusingProxy, type S3Server, startRefusingProxy, startS3Server } from '../support/s3rver.js';
 
 const HOUR_MS = 3600_000;
-
-/**
- * A bucket that refuses to delete the objects of chosen items: an HTTP proxy in front of s3rver answering their
- * DeleteObjects with 500, as a store in trouble does, and passing everything else on.
- */
-async function startRefusingProxy(
-  s3: S3Server,
-): Promise<{ endpoint: string; refused: Set<string>; close(): Promise<void> }> {
-  const upstream = new URL(s3.endpoint);
-  const refused = new Set<string>();
-  const server: Server = createServer((incoming, answer) => {
-    const chunks: Buffer[] = [];
-    incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
-    incoming.on('end', () => {
-      const body = Buffer.concat(chunks);
-      const isDelete = incoming.method === 'POST' && new URL(incoming.url!, s3.endpoint).searchParams.has('delete');
-      if (isDelete && [...refused].some((id) => body.includes(id))) {
-        answer.writeHead(500, { 'Content-Type': 'application/xml' });
-        answer.end('<?xml version="1.0"?><Error><Code>InternalError</Code><Message>refused</Message></Error>');
-        return;
-      }
-      const forwarded = request(
-        {
-          host: upstream.hostname,
-          port: upstream.port,
-          method: incoming.method,
-          path: incoming.url,
-          headers: incoming.headers,
-        },
-        (response) => {
-          answer.writeHead(response.statusCode!, response.headers);
-          response.pipe(answer);
-        },
-      );
-      forwarded.on('error', () => answer.destroy());
-      forwarded.end(body);
-    });
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  return {
-    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    refused,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
-  };
-}
 
 describe.each(['local', 's3'] as const)('the media store with STORAGE=%s', (storage) => {
   let env: TestEnvironment;
   let s3: S3Server | undefined;
-  let proxy: Awaited<ReturnType<typeof startRefusingProxy>> | undefined;
+  let proxy: RefusingProxy | undefined;
   let app: INestApplicationContext;
   let lifecycle: JobLifecycle;
   let sut: ResultLeftovers;
