@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { count } from '../common/count.js';
 import { DomainError } from '../common/problem.js';
@@ -9,7 +9,7 @@ import { JobWaits } from '../jobs/job-waits.js';
 import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
-import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
+import { acceptedAnswer, IdempotencyKeys, type StoredResponse } from './idempotency.js';
 import { FairShare } from '../users/fair-share.js';
 import { UserLimits } from '../users/user-limits.js';
 import { CreationRateLimit } from './limits.js';
@@ -19,6 +19,8 @@ const PENDING_RETRY_AFTER_SECONDS = '5';
 
 @Injectable()
 export class GenerationService {
+  private readonly logger = new Logger(GenerationService.name);
+
   constructor(
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     private readonly uploads: UploadParser,
@@ -44,13 +46,17 @@ export class GenerationService {
       const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
       if (claim.kind === 'replay') return claim.response;
       try {
-        accepted = await this.accept(userId, upload);
-        await this.idempotency.complete(claim.key, fingerprint, accepted);
-        return accepted;
+        accepted = await this.accept(userId, upload, claim.id);
       } catch (error) {
-        await this.idempotency.release(claim.key).catch(() => {});
+        await this.idempotency.release(userId, claim).catch(() => {});
         throw error;
       }
+      // The job is accepted and queued: its key stays taken whatever happens now, and a repeat that finds no stored
+      // answer is answered from the claim's item.
+      await this.idempotency.complete(claim.key, fingerprint, accepted).catch((error: unknown) => {
+        this.logger.warn({ err: error, id: claim.id }, 'could not store the answer of an idempotent creation');
+      });
+      return accepted;
     } finally {
       // An accepted job's files were moved into the input store; an upload that made no job leaves nothing.
       if (!accepted) await this.uploads.discard(upload);
@@ -70,12 +76,12 @@ export class GenerationService {
   }
 
   /** Takes a creation from the user's per-minute budget for the job it records and queues. */
-  private async accept(userId: string, upload: ValidUpload): Promise<StoredResponse> {
+  private async accept(userId: string, upload: ValidUpload, id: string = randomUUID()): Promise<StoredResponse> {
     // Only creations count against the per-minute budget: not refused uploads, not idempotent replays,
     // not the requests the pending limit or a queue outage refuses below.
     const creation = await this.rateLimit.take(userId);
     try {
-      return await this.record(userId, upload);
+      return await this.record(userId, upload, id);
     } catch (error) {
       // With Redis gone, the creation stays taken until its counter expires: one too few, never one too many.
       await this.rateLimit.refund(creation).catch(() => {});
@@ -83,11 +89,10 @@ export class GenerationService {
     }
   }
 
-  /** Stores the inputs privately and hands the item to the lifecycle, which records and queues it. */
-  private async record(userId: string, upload: ValidUpload): Promise<StoredResponse> {
+  /** Stores the inputs privately and hands the item `id` to the lifecycle, which records and queues it. */
+  private async record(userId: string, upload: ValidUpload, id: string): Promise<StoredResponse> {
     // Read before the inputs are stored: a failure past that point would leave them with no row to remove them by.
     const { maxPending } = await this.limits.of(userId);
-    const id = randomUUID();
     const stored: Record<string, StoredInput> = {};
     try {
       for (const [name, image] of Object.entries(upload.images)) {
@@ -114,11 +119,7 @@ export class GenerationService {
         { headers: { 'Retry-After': PENDING_RETRY_AFTER_SECONDS } },
       );
     }
-    return {
-      status: 202,
-      headers: { Location: `/user/generation-history/${id}` },
-      body: JobAcceptedDto.of(id),
-    };
+    return acceptedAnswer(id);
   }
 }
 

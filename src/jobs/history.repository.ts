@@ -91,6 +91,15 @@ export class HistoryRepository {
     return row;
   }
 
+  /** The item's status; undefined when it has no row. */
+  async statusOf(id: string): Promise<JobStatus | undefined> {
+    const [row] = await this.db.query<{ status: JobStatus }>({
+      text: `SELECT status FROM history_items WHERE id = $1`,
+      values: [id],
+    });
+    return row?.status;
+  }
+
   /**
    * The item a job is for, and whether it was created more than `deadlineSeconds` ago (by the database's clock, the
    * one the reconciler's sweep reads).
@@ -131,25 +140,16 @@ export class HistoryRepository {
   }
 
   /**
-   * Runs `work` while holding the row lock of the item, if it is still pending, and marks it complete when `work`
-   * resolves. Resolves undefined, without running `work`, when the item is gone or already final.
+   * Marks the item complete if it is still pending: one short update, taken after its outputs were written. Resolves
+   * undefined when it is gone or already final.
    */
-  async completeWhilePending(id: string, work: () => Promise<void>): Promise<EndedRow | undefined> {
-    return this.db.transaction(async (tx) => {
-      const [row] = await tx.query<EndedRow>({
-        text: `SELECT ${ENDED_COLUMNS} FROM history_items WHERE id = $1 AND status = 'pending' FOR UPDATE`,
-        values: [id],
-      });
-      if (!row) return undefined;
-      await work();
-      await tx.query({
-        // The moment of the update, not of the transaction's start: writing the outputs came in between.
-        text: `UPDATE history_items SET status = 'complete', completed_at = clock_timestamp(), updated_at = clock_timestamp()
-                WHERE id = $1`,
-        values: [id],
-      });
-      return { ...row, status: 'complete' };
+  async completeWhilePending(id: string): Promise<EndedRow | undefined> {
+    const [row] = await this.db.query<EndedRow>({
+      text: `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now()
+              WHERE id = $1 AND status = 'pending' RETURNING ${ENDED_COLUMNS}`,
+      values: [id],
     });
+    return row;
   }
 
   /** Marks the item `error` if it is still pending; resolves undefined when it is gone or already final. */
@@ -255,6 +255,15 @@ export class HistoryRepository {
       text: `DELETE FROM history_items WHERE id = ANY($1::uuid[]) AND status <> 'pending' RETURNING ${ENDED_COLUMNS}`,
       values: [ids],
     });
+  }
+
+  /** Those of these items that may have result files: pending (being written) or complete; the rest have none. */
+  async keepingOutputsAmong(ids: readonly string[]): Promise<string[]> {
+    const rows = await this.db.query<{ id: string }>({
+      text: `SELECT id FROM history_items WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'complete')`,
+      values: [ids],
+    });
+    return rows.map((row) => row.id);
   }
 
   /**

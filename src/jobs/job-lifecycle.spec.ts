@@ -11,6 +11,7 @@ import type { EndedRow, HistoryRepository, NewHistoryItem } from './history.repo
 import { type JobEvent, JobEvents } from './job-events.js';
 import { JobLifecycle } from './job-lifecycle.js';
 import type { JobProgress } from './job-progress.js';
+import type { OutputLease } from './output-lease.js';
 
 /** Everything the fakes below are asked to do, in order: the lifecycle's promises are about that order. */
 type Step = string;
@@ -43,6 +44,8 @@ function world(
     workerHoldsJob?: boolean;
     /** The model server does not answer the stop: `abandon` resolves only once `answer` is called. */
     serverSilent?: boolean;
+    /** Storage refuses every removal. */
+    storageRefusesRemovals?: boolean;
   } = {},
 ) {
   const steps: Step[] = [];
@@ -62,13 +65,12 @@ function world(
       };
       return Promise.resolve(true);
     },
-    completeWhilePending: async (id: string, work: () => Promise<void>) => {
-      if (row?.id !== id || row.status !== 'pending') return undefined;
-      steps.push('lock row');
-      await work();
+    statusOf: (id: string) => Promise.resolve(row?.id === id ? row.status : undefined),
+    completeWhilePending: (id: string) => {
+      if (row?.id !== id || row.status !== 'pending') return Promise.resolve(undefined);
       row.status = 'complete';
       steps.push('commit complete');
-      return { ...row };
+      return Promise.resolve({ ...row });
     },
     failWhilePending: (id: string) => {
       if (row?.id !== id || row.status !== 'pending') return Promise.resolve(undefined);
@@ -102,16 +104,28 @@ function world(
       return Promise.resolve(!options.workerHoldsJob);
     },
   };
+  const removal = () =>
+    options.storageRefusesRemovals ? Promise.reject(new Error('EIO: i/o error, rmdir')) : Promise.resolve();
   const store = (name: string) => ({
     delete: (keys: readonly string[]) => {
       steps.push(`${name}: delete ${[...keys].sort().join(', ')}`);
-      return Promise.resolve();
+      return removal();
     },
     deleteFolder: (prefix: string) => {
       steps.push(`${name}: delete folder ${prefix}`);
-      return Promise.resolve();
+      return removal();
     },
   });
+  const lease = {
+    whileHeld: async <T>(_id: string, work: () => Promise<T>) => {
+      steps.push('take lease');
+      try {
+        return await work();
+      } finally {
+        steps.push('release lease');
+      }
+    },
+  };
   const outcomes: string[] = [];
   const metrics = { countJobOutcome: (_tool: string, outcome: string) => outcomes.push(outcome) };
   const redis = { publish: () => Promise.resolve(0) };
@@ -147,6 +161,7 @@ function world(
     progress as unknown as JobProgress,
     runs as unknown as EngineRuns,
     metrics as unknown as Metrics,
+    lease as unknown as OutputLease,
     store('inputs') as unknown as ObjectStore,
     store('media') as unknown as ObjectStore,
   );
@@ -204,7 +219,7 @@ describe('JobLifecycle', () => {
   });
 
   describe('complete', () => {
-    it('writes the outputs under the row lock into an emptied folder, then removes the inputs', async () => {
+    it('writes the outputs under the lease into an emptied folder, commits, then removes the inputs', async () => {
       const { sut, steps, outcomes, announced, status } = world();
       await sut.accept(newItem(), 10);
       steps.length = 0;
@@ -218,10 +233,11 @@ describe('JobLifecycle', () => {
       expect(completed).toBe(true);
       expect(status()).toBe('complete');
       expect(steps).toEqual([
-        'lock row',
+        'take lease',
         `media: delete folder ${ID}`,
         'write outputs',
         'commit complete',
+        'release lease',
         DELETE_INPUTS,
       ]);
       expect(outcomes).toEqual(['complete']);
@@ -242,9 +258,25 @@ describe('JobLifecycle', () => {
       await settled();
 
       expect(completed).toBe(false);
-      expect(steps).toEqual([]);
+      expect(steps).toEqual(['take lease', 'release lease']);
       expect(outcomes).toEqual(['timeout']);
       expect(announced).toEqual([]);
+    });
+
+    it('removes what it wrote when a delete took the item while it wrote', async () => {
+      const { sut, steps, outcomes, status } = world();
+      await sut.accept(newItem(), 10);
+      steps.length = 0;
+
+      const completed = await sut.complete(ID, async () => {
+        steps.push('write outputs');
+        await sut.delete(USER, ID);
+      });
+
+      expect(completed).toBe(false);
+      expect(status()).toBeUndefined();
+      expect(steps.slice(-2)).toEqual([`media: delete folder ${ID}`, 'release lease']);
+      expect(outcomes).toEqual([]);
     });
   });
 
@@ -416,6 +448,17 @@ describe('JobLifecycle', () => {
         `media: delete folder ${ID}`,
         ABANDON_RUN,
       ]);
+    });
+
+    it('succeeds, and announces the deletion, when storage refuses to remove the files', async () => {
+      const { sut, announced, status } = world({ storageRefusesRemovals: true });
+      await sut.accept(newItem(), 10);
+
+      expect(await sut.delete(USER, ID)).toBe(true);
+      await settled();
+
+      expect(status()).toBeUndefined();
+      expect(announced.at(-1)).toEqual({ kind: 'deleted', historyItemId: ID, userId: USER, status: 'pending' });
     });
 
     it("answers false for another user's item and leaves it alone", async () => {

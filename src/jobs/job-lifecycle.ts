@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
@@ -9,6 +9,7 @@ import { EngineRuns } from './engine-runs.js';
 import { type EndedRow, HistoryRepository, type JobRow, type NewHistoryItem } from './history.repository.js';
 import { JobEvents } from './job-events.js';
 import { JobProgress } from './job-progress.js';
+import { OutputLease } from './output-lease.js';
 
 /**
  * Items whose files a retention sweep removes at once: enough to overlap storage round trips, few enough to leave
@@ -27,10 +28,14 @@ const TIMEOUT_MESSAGE = 'The job did not finish in time.';
  *
  * Every change is a database update guarded by the current status, so of two deliveries of one job, a worker and
  * the reconciler, or a worker and a delete, exactly one decides the outcome. The inputs (people's photos) are
- * removed as soon as the item is final or gone; the outputs exist only for a complete item.
+ * removed as soon as the item is final or gone; the outputs exist only for a complete item. A row goes before its
+ * files: what a failure or a crash leaves behind is a file no row keeps, which the stores' sweeps remove
+ * (`UploadLeftovers` for inputs, `ResultLeftovers` for results), never a row pointing to files that are gone.
  */
 @Injectable()
 export class JobLifecycle {
+  private readonly logger = new Logger(JobLifecycle.name);
+
   constructor(
     private readonly items: HistoryRepository,
     private readonly queue: JobQueue,
@@ -39,6 +44,7 @@ export class JobLifecycle {
     private readonly progress: JobProgress,
     private readonly runs: EngineRuns,
     private readonly metrics: Metrics,
+    private readonly lease: OutputLease,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
   ) {}
@@ -73,16 +79,29 @@ export class JobLifecycle {
   }
 
   /**
-   * Writes the outputs (`writeOutputs`) and marks the item complete while holding its row lock. A delete, the
-   * reconciler's timeout or another delivery of the same job either waits for this to commit or finds the item gone
-   * or final first, and then nothing is written: a deleted item never gets media files, not even for a moment, and a
-   * complete item's files are never rewritten. Resolves false when the result was dropped.
+   * Writes the outputs (`writeOutputs`), then marks the item complete in one short update: no transaction or row lock
+   * is held while storage answers. Runs of one job write one at a time (`OutputLease`) and only while the item is
+   * pending, so a complete item's files are never rewritten; a run that loses the race to a delete, a cancel or a
+   * timeout removes what it wrote, so an item that is gone or ended keeps no media files (if that removal fails too,
+   * `ResultLeftovers` takes them). Resolves false when the result was dropped.
    */
   async complete(id: string, writeOutputs: () => Promise<void>): Promise<boolean> {
-    const item = await this.items.completeWhilePending(id, async () => {
-      // A run killed between a temporary file and its rename left partial files; under the lock no other run writes.
-      await this.media.deleteFolder(id);
-      await writeOutputs();
+    const item = await this.lease.whileHeld(id, async () => {
+      if ((await this.items.statusOf(id)) !== 'pending') return undefined;
+      try {
+        // A run killed between a temporary file and its rename left partial files; under the lease no other run writes.
+        await this.media.deleteFolder(id);
+        await writeOutputs();
+      } catch (error) {
+        await this.media.deleteFolder(id).catch(() => {});
+        // A delete, a cancel or a timeout removing the folder under the writes loses them their folder: the race is
+        // lost, not the attempt. Otherwise the attempt fails, and a retry writes them again.
+        if ((await this.items.statusOf(id)) !== 'pending') return undefined;
+        throw error;
+      }
+      const completed = await this.items.completeWhilePending(id);
+      if (!completed && (await this.items.statusOf(id)) !== 'complete') await this.removeOutputs(id);
+      return completed;
     });
     if (!item) return false;
     await this.ended(item, 'complete');
@@ -138,7 +157,8 @@ export class JobLifecycle {
   /**
    * Deletes a user's item, whatever its state: gone for the client at once. A queued job is dropped, with the model
    * run an earlier attempt left going, and so is a webhook message still to be sent; a job a worker runs is stopped
-   * by that worker, told by the `deleted` event. Resolves false when the user has no such item.
+   * by that worker, told by the `deleted` event. The row goes first, then the files; files that cannot be removed now
+   * are left to the stores' sweeps, and the delete still succeeds. Resolves false when the user has no such item.
    */
   async delete(userId: string, id: string): Promise<boolean> {
     const item = await this.items.deleteOwned(userId, id);
@@ -155,19 +175,25 @@ export class JobLifecycle {
 
   /**
    * Removes up to `limit` of the final items that ended more than `retentionMs` ago, each as its user's delete
-   * would: its files, its row, a `deleted` event. Pending items are never touched. The files go first, the row
-   * after: an item that outlives a failed removal is found again by the next sweep, and no file outlives its row.
-   * Resolves how many items were looked at (fewer than `limit`: nothing more is due).
+   * would: its row, its files, a `deleted` event. Pending items are never touched. An item whose files cannot be
+   * removed is logged and counted (`igs_retention_failures_total`) and the others go on; its row is gone already, so
+   * the next sweep does not pick it again, and the stores' sweeps remove its files later. Resolves how many items were
+   * looked at (fewer than `limit`: nothing more is due).
    */
   async expire(retentionMs: number, limit: number): Promise<number> {
     const due = await this.items.finalEndedBefore(retentionMs / 1000, limit);
-    for (let start = 0; start < due.length; start += FILE_REMOVALS_AT_ONCE) {
-      await Promise.all(
-        due.slice(start, start + FILE_REMOVALS_AT_ONCE).map((item) => this.removeFiles(item, { keepOutputs: false })),
-      );
-    }
     // A final item's job is over: Bull ages its record out on its own, there is nothing queued to drop.
     const deleted = due.length > 0 ? await this.items.deleteFinal(due.map((item) => item.id)) : [];
+    let failures = 0;
+    for (let start = 0; start < deleted.length; start += FILE_REMOVALS_AT_ONCE) {
+      const removed = await Promise.all(
+        deleted
+          .slice(start, start + FILE_REMOVALS_AT_ONCE)
+          .map((item) => this.removeFiles(item, { keepOutputs: false })),
+      );
+      failures += removed.filter((done) => !done).length;
+    }
+    if (failures > 0) this.metrics.countRetentionFailures(failures);
     for (const item of deleted) {
       this.events.announce({ kind: 'deleted', historyItemId: item.id, userId: item.userId, status: item.status });
     }
@@ -181,7 +207,7 @@ export class JobLifecycle {
   async removeLeftovers(id: string, item: JobRow | undefined): Promise<void> {
     // A deleted item's inputs went with its row: the request that deleted it removed them.
     if (item?.status === 'pending') return;
-    if (!item) return this.media.deleteFolder(id);
+    if (!item) return this.removeOutputs(id);
     // Ended while this worker held its job, so the request that ended it could not drop it (nor stop its run).
     if (item.status !== 'complete') await this.runs.abandon(item);
     await this.removeFiles(item, { keepOutputs: item.status === 'complete' });
@@ -208,10 +234,27 @@ export class JobLifecycle {
     });
   }
 
-  private async removeFiles(item: EndedRow, { keepOutputs }: { keepOutputs: boolean }): Promise<void> {
-    await Promise.all([
+  /**
+   * Removes an item's inputs and, unless kept, its outputs. A failure is logged, not raised: the item's outcome stands,
+   * and what is left has no row keeping it once the item is gone or ended, so the stores' sweeps remove it. Resolves
+   * whether everything went.
+   */
+  private async removeFiles(item: EndedRow, { keepOutputs }: { keepOutputs: boolean }): Promise<boolean> {
+    const [inputs, outputs] = await Promise.allSettled([
       this.inputs.delete(inputKeysOf(item.inputs)),
       keepOutputs ? undefined : this.media.deleteFolder(item.id),
     ]);
+    for (const removal of [inputs, outputs]) {
+      if (removal.status === 'rejected') this.warnFilesLeft(item.id, removal.reason);
+    }
+    return inputs.status === 'fulfilled' && outputs.status === 'fulfilled';
+  }
+
+  private async removeOutputs(id: string): Promise<void> {
+    await this.media.deleteFolder(id).catch((error: unknown) => this.warnFilesLeft(id, error));
+  }
+
+  private warnFilesLeft(id: string, error: unknown): void {
+    this.logger.warn({ id, err: error }, "could not remove an item's files now: the store's sweep removes them later");
   }
 }

@@ -10,6 +10,7 @@ import { JobEvents } from './job-events.js';
 import { JobLifecycle } from './job-lifecycle.js';
 import { JobProgress } from './job-progress.js';
 import { JobWaits } from './job-waits.js';
+import { OutputLease } from './output-lease.js';
 import { PendingAge } from './pending-age.js';
 
 export const JOB_ENTITIES = [HistoryItem, HistoryCount];
@@ -17,7 +18,7 @@ export const JOB_ENTITIES = [HistoryItem, HistoryCount];
 /** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
 @Module({
   imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule, EnginesModule],
-  providers: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, PendingAge],
+  providers: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, OutputLease, PendingAge],
   exports: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, QueueModule],
 })
 export class JobsModule {}

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { copyFile, mkdir, readdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, opendir, readdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 
@@ -22,6 +22,11 @@ export abstract class ObjectStore {
   abstract deleteFolder(prefix: string): Promise<void>;
   /** Every object in the store, with when it was written. */
   abstract list(): AsyncIterable<StoredObject>;
+  /**
+   * Every folder (the first segment of keys like `{id}/preview.webp`), with when anything in it was last written,
+   * writes in progress included; objects outside a folder are left out.
+   */
+  abstract folders(): AsyncIterable<StoredObject>;
 }
 
 export interface StoredObject {
@@ -134,6 +139,21 @@ export class LocalObjectStore extends ObjectStore {
       // Removed since the folder was read.
       if (!info) continue;
       yield { key: relative(this.root, path).split(sep).join('/'), writtenAt: info.mtime };
+    }
+  }
+
+  async *folders(): AsyncIterable<StoredObject> {
+    const root = await opendir(this.root).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return undefined;
+      throw error;
+    });
+    if (!root) return;
+    // Read as it goes (not all names at once), one stat per folder: a folder's time changes with every file created,
+    // renamed or removed in it, temporary files of writes in progress included.
+    for await (const entry of root) {
+      if (!entry.isDirectory()) continue;
+      const info = await stat(join(this.root, entry.name)).catch(() => undefined);
+      if (info) yield { key: entry.name, writtenAt: info.mtime };
     }
   }
 }

@@ -129,6 +129,25 @@ export class S3ObjectStore extends ObjectStore {
     }
   }
 
+  async *folders(): AsyncIterable<StoredObject> {
+    const { prefix } = this.options;
+    // Keys come in order, so a folder's objects come one after another.
+    let folder: StoredObject | undefined;
+    for await (const objects of this.pages(prefix)) {
+      for (const { Key, LastModified } of objects) {
+        const [name, ...rest] = Key!.slice(prefix.length).split('/');
+        if (rest.length === 0) continue;
+        if (folder?.key !== name) {
+          if (folder) yield folder;
+          folder = { key: name, writtenAt: LastModified! };
+        } else if (LastModified! > folder.writtenAt) {
+          folder.writtenAt = LastModified!;
+        }
+      }
+    }
+    if (folder) yield folder;
+  }
+
   /** The objects whose keys start with `prefix` (already prefixed), a page at a time. */
   private async *pages(prefix: string): AsyncIterable<_Object[]> {
     let continuationToken: string | undefined;

@@ -81,8 +81,15 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  private readonly retentionFailures = new Counter({
+    name: 'igs_retention_failures_total',
+    help: 'Expired items whose files retention could not remove: their rows went, the store sweeps remove the files later',
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry });
+    this.retentionFailures.inc(0);
     // Present at 0 from the start, so the first timeout shows as an increase rather than as a new series.
     for (const action of ['timeout', 'requeue', 'webhook'] as const) this.reconciled.inc({ action }, 0);
   }
@@ -106,6 +113,10 @@ export class Metrics {
 
   countReconciled(action: ReconcilerAction, items: number): void {
     this.reconciled.inc({ action }, items);
+  }
+
+  countRetentionFailures(items: number): void {
+    this.retentionFailures.inc(items);
   }
 
   /** Starts timing an attempt; call the result with how it ended. */

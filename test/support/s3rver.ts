@@ -1,6 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, utimes } from 'node:fs/promises';
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ListObjectsV2Command, type S3Client } from '@aws-sdk/client-s3';
@@ -20,6 +22,8 @@ export interface S3Server {
   client: S3Client;
   /** Every key in the bucket under `prefix`, sorted. */
   keys(prefix?: string): Promise<string[]>;
+  /** Makes the object look written `ms` ago (s3rver's Last-Modified is its file's time). */
+  backdate(key: string, ms: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -99,11 +103,71 @@ export async function startS3Server(bucket = 'igs-test'): Promise<S3Server> {
       } while (token);
       return keys.sort();
     },
+    async backdate(key, ms) {
+      const parts = key.split('/');
+      const file = join(directory, bucket, ...parts.slice(0, -1), `${parts.at(-1)}._S3rver_object`);
+      const then = new Date(Date.now() - ms);
+      await utimes(file, then, then);
+    },
     async stop() {
       client.destroy();
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
       await exited;
       await rm(directory, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * A bucket that refuses to delete the objects of chosen items: an HTTP proxy in front of the server answering their
+ * DeleteObjects with 500, as a store in trouble does, and passing everything else on unchanged (signatures included).
+ */
+export interface RefusingProxy {
+  endpoint: string;
+  /** Ids whose objects' deletes are refused. */
+  refused: Set<string>;
+  close(): Promise<void>;
+}
+
+export async function startRefusingProxy(s3: S3Server): Promise<RefusingProxy> {
+  const upstream = new URL(s3.endpoint);
+  const refused = new Set<string>();
+  const server: Server = createServer((incoming, answer) => {
+    const chunks: Buffer[] = [];
+    incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
+    incoming.on('end', () => {
+      const body = Buffer.concat(chunks);
+      const isDelete = incoming.method === 'POST' && new URL(incoming.url!, s3.endpoint).searchParams.has('delete');
+      if (isDelete && [...refused].some((id) => body.includes(id))) {
+        answer.writeHead(500, { 'Content-Type': 'application/xml' });
+        answer.end('<?xml version="1.0"?><Error><Code>InternalError</Code><Message>refused</Message></Error>');
+        return;
+      }
+      const forwarded = request(
+        {
+          host: upstream.hostname,
+          port: upstream.port,
+          method: incoming.method,
+          path: incoming.url,
+          headers: incoming.headers,
+        },
+        (response) => {
+          answer.writeHead(response.statusCode!, response.headers);
+          response.pipe(answer);
+        },
+      );
+      forwarded.on('error', () => answer.destroy());
+      forwarded.end(body);
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return {
+    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    refused,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(() => resolve()));
     },
   };
 }

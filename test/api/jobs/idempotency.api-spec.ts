@@ -1,9 +1,13 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { connect, createServer, type Socket } from 'node:net';
 import sharp from 'sharp';
 import { expectMatchesContract } from '../../support/contract.js';
 import { makeImage } from '../../support/jobs.js';
+import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
+import { waitUntil } from '../../support/harness.js';
 import { serviceForBlock } from '../../support/service-block.js';
-import { createUserWithKey } from '../../support/service.js';
+import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { file } from '../../support/uploads.js';
 import {
   Client,
@@ -43,7 +47,6 @@ describe('Idempotency-Key on job creation', () => {
   const block = serviceForBlock({ ROLE: 'api' });
 
   const newUser = () => createUserWithKey(block.env.databaseUrl);
-  const withKey = (key: string) => ({ 'Idempotency-Key': key });
 
   it('answers a repeat with the same key and payload exactly as the first time, creating one item', async () => {
     const apiKey = await newUser();
@@ -150,3 +153,98 @@ describe('Idempotency-Key on job creation', () => {
     );
   });
 });
+
+/**
+ * Redis behind a TCP proxy that cuts the connection whenever a client sends a command containing `cutOn`: the command
+ * fails as it would when Redis goes away at that moment, and the connection comes back.
+ */
+async function startCuttingProxy(
+  redisUrl: string,
+): Promise<{ url: string; cutOn?: string; cuts: number; close(): Promise<void> }> {
+  const upstream = new URL(redisUrl);
+  const sockets = new Set<Socket>();
+  const proxy = {
+    url: '',
+    cutOn: undefined as string | undefined,
+    cuts: 0,
+    close: () => {
+      for (const socket of sockets) socket.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  const server = createServer((client) => {
+    const redis = connect(Number(upstream.port || 6379), upstream.hostname);
+    for (const socket of [client, redis]) {
+      sockets.add(socket);
+      socket.on('error', () => {});
+      socket.once('close', () => {
+        sockets.delete(socket);
+        client.destroy();
+        redis.destroy();
+      });
+    }
+    client.on('data', (chunk: Buffer) => {
+      if (proxy.cutOn !== undefined && chunk.includes(proxy.cutOn)) {
+        proxy.cuts++;
+        client.destroy();
+        return;
+      }
+      redis.write(chunk);
+    });
+    redis.pipe(client);
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  proxy.url = `redis://127.0.0.1:${(server.address() as { port: number }).port}`;
+  return proxy;
+}
+
+describe('Idempotency-Key when the answer cannot be stored', () => {
+  let env: TestEnvironment;
+  let redis: Awaited<ReturnType<typeof startCuttingProxy>>;
+  let api: RunningService;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    redis = await startCuttingProxy(env.redisUrl);
+    api = await startService({ ...env.serviceEnv, ROLE: 'api', REDIS_URL: redis.url });
+  }, 60_000);
+
+  afterAll(async () => {
+    await api?.stop();
+    await redis?.close();
+    await env?.dispose();
+  }, 60_000);
+
+  it("answers the client's retry with the job already accepted, never a second one, and keeps the key", async () => {
+    const apiKey = await createUserWithKey(env.databaseUrl);
+    const key = randomUUID();
+    const fields = await defaultJob();
+    // The write of the answer: the only command that carries a `done` entry.
+    redis.cutOn = '"state":"done"';
+
+    const first = await accepted(await postJob(api.baseUrl, apiKey, fields, withKey(key)));
+    expect(redis.cuts).toBeGreaterThan(0);
+    redis.cutOn = undefined;
+
+    // The service's connection comes back after the cut: until then a creation answers 503, as in any Redis outage.
+    let retry: Response | undefined;
+    await waitUntil(async () => {
+      retry = await postJob(api.baseUrl, apiKey, fields, withKey(key));
+      return retry.status !== 503;
+    }, 'an answer other than 503 to the retry');
+    expect(await accepted(retry!)).toEqual(first);
+    const history = await new Client(api.baseUrl, apiKey).list();
+    expect(history.body.items.map((item) => item.history_item_id)).toEqual([first.history_item_id]);
+    // The key stays taken by that job: another request under it is refused.
+    await refused(
+      await postJob(api.baseUrl, apiKey, await defaultJob('#a53a3a'), withKey(key)),
+      422,
+      'idempotency_key_reused',
+    );
+  });
+});
+
+function withKey(key: string): Record<string, string> {
+  return { 'Idempotency-Key': key };
+}

@@ -2,9 +2,10 @@ import sharp from 'sharp';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { inputsFor } from '../../support/jobs.js';
+import { waitUntil } from '../../support/harness.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { filesUnder } from '../../support/uploads.js';
-import { type S3Server, startS3Server } from '../../support/s3rver.js';
+import { type RefusingProxy, type S3Server, startRefusingProxy, startS3Server } from '../../support/s3rver.js';
 import { Client, type JobAcceptedBody, postJob, waitForFinal } from '../../support/client.js';
 
 /** An API and a worker that share nothing but the database, Redis and the bucket, as on two hosts. */
@@ -86,4 +87,54 @@ describe('the service with STORAGE=s3', () => {
     expect(response.status).toBe(404);
     await expectMatchesContract(response, 'GET', '/media/{id}/{file}');
   });
+});
+
+describe('the service with STORAGE=s3, when the bucket refuses to remove files', () => {
+  let env: TestEnvironment;
+  let s3: S3Server;
+  let proxy: RefusingProxy;
+  let serviceEnv: Record<string, string>;
+  let api: RunningService;
+  let worker: RunningService | undefined;
+
+  beforeAll(async () => {
+    env = await createTestEnvironment();
+    s3 = await startS3Server();
+    proxy = await startRefusingProxy(s3);
+    serviceEnv = { ...env.serviceEnv, ...s3.serviceEnv, S3_ENDPOINT: proxy.endpoint };
+    [api, worker] = await Promise.all([
+      startService({ ...serviceEnv, ROLE: 'api' }),
+      startService({ ...serviceEnv, ROLE: 'worker' }),
+    ]);
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.all([api?.stop(), worker?.stop()]);
+    await proxy?.close();
+    await s3?.stop();
+    await env?.dispose();
+  }, 60_000);
+
+  it('answers the delete 204, and a worker starting later removes the files once they are an hour old', async () => {
+    const apiKey = await createUserWithKey(env.databaseUrl);
+    const client = new Client(api.baseUrl, apiKey);
+    const response = await postJob(api.baseUrl, apiKey, await inputsFor('default'));
+    const { history_item_id: id } = (await response.json()) as JobAcceptedBody;
+    expect(await waitForFinal(api.baseUrl, apiKey, id, 45_000)).toMatchObject({ status: 'complete' });
+    const results = [`media/${id}/preview.webp`, `media/${id}/stock.jpg`];
+    proxy.refused.add(id);
+
+    const deleted = await client.delete(id);
+
+    expect(deleted.status).toBe(204);
+    expect((await client.get(id)).status).toBe(404);
+    // Left behind with no row keeping them, for the sweep.
+    expect(await s3.keys(`media/${id}/`)).toEqual(results);
+
+    proxy.refused.delete(id);
+    for (const key of results) await s3.backdate(key, 2 * 3600_000);
+    await worker!.stop();
+    worker = await startService({ ...serviceEnv, ROLE: 'worker' });
+    await waitUntil(async () => (await s3.keys(`media/${id}/`)).length === 0, "the sweep of the item's files");
+  }, 90_000);
 });
