@@ -11,6 +11,7 @@ import type { JobWaits } from '../jobs/job-waits.js';
 import { LocalObjectStore } from '../media/object-store.js';
 import type { UserRepository } from '../users/user.repository.js';
 import { GenerationService } from './generation.service.js';
+import type { JsonJobs } from './json-jobs.js';
 import type { IdempotencyKeys } from './idempotency.js';
 import { type CreationRateLimit, UserLimits } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
@@ -55,8 +56,9 @@ describe('GenerationService', () => {
       {} as IdempotencyKeys,
       rateLimit,
       new UserLimits(users, { limitMaxPending: 10, limitCreationsPerMinute: 60 } as AppConfig),
+      {} as JsonJobs,
     );
-    const request = { headersDistinct: {} } as Request;
+    const request = { headersDistinct: {}, is: () => false } as unknown as Request;
 
     await expect(sut.create('user-1', request, {} as Response)).rejects.toBe(databaseDown);
 

@@ -10,6 +10,7 @@ import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
 import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
+import { JsonJobs } from './json-jobs.js';
 import { CreationRateLimit, UserLimits } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
 
@@ -25,13 +26,19 @@ export class GenerationService {
     private readonly idempotency: IdempotencyKeys,
     private readonly rateLimit: CreationRateLimit,
     private readonly limits: UserLimits,
+    private readonly jsonJobs: JsonJobs,
   ) {}
 
-  /** Validates the upload, records the job and queues it; answers what the client is to receive. */
+  /**
+   * Validates the job (a multipart upload, or JSON naming its images by URL or stored file), records it and queues it;
+   * answers what the client is to receive.
+   */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
     const idempotencyKey = IdempotencyKeys.validate(request.headersDistinct['idempotency-key']);
     await this.rateLimit.check(userId);
-    const upload = await this.uploads.parse(request, response);
+    const upload = request.is('application/json')
+      ? await this.jsonJobs.read(userId, request.body, { hash: idempotencyKey !== undefined })
+      : await this.uploads.parse(request, response);
     let accepted: StoredResponse | undefined;
     try {
       if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
@@ -117,11 +124,14 @@ export class GenerationService {
   }
 }
 
-/** Same tool, type, texts, webhook and file contents: the same request, whatever the part order or file names. */
+/**
+ * Same tool, type, texts, webhook and file contents: the same request, whatever the part order or file names. A stored
+ * file's id stands for its bytes, which never change.
+ */
 function fingerprintOf(upload: ValidUpload): string {
   const images = Object.entries(upload.images)
     .sort(([a], [b]) => a.localeCompare(b))
-    .map(([name, image]) => [name, image.sha256]);
+    .map(([name, image]) => [name, image.fileId === undefined ? image.sha256 : `file:${image.fileId}`]);
   const texts = Object.entries(upload.texts).sort(([a], [b]) => a.localeCompare(b));
   return createHash('sha256')
     .update(
