@@ -26,17 +26,27 @@ export class JsonJobs {
     const form = checkToolForm(parts);
     const webhookUrl = this.uploads.webhookUrlOf(form.webhookUrl);
     const sources = form.images.map((name) => [name, imageSourceOf(name, imageValues.get(name)!)] as const);
-    // All at once: a job's inputs are usually on the same server, and the slowest sets the pace.
+    // All at once: a job's inputs are usually on the same server, and the slowest sets the pace. The first to fail
+    // stops the fetches still going: the job is refused whatever they bring.
+    const abandon = new AbortController();
+    // The first failure in time: those after it may be only the abandoned fetches'.
+    let firstFailure: { error: unknown } | undefined;
     const results = await Promise.allSettled(
       sources.map(([name, source]) =>
-        source.kind === 'url' ? this.fetched(name, source.url, options.hash) : this.copied(userId, name, source.fileId),
+        (source.kind === 'url'
+          ? this.fetched(name, source.url, { hash: options.hash, abandon: abandon.signal })
+          : this.copied(userId, name, source.fileId)
+        ).catch((error: unknown) => {
+          firstFailure ??= { error };
+          abandon.abort();
+          throw error;
+        }),
       ),
     );
-    const failed = results.find((result) => result.status === 'rejected');
-    if (failed) {
+    if (firstFailure) {
       const gathered = results.flatMap((result) => (result.status === 'fulfilled' ? [result.value.path] : []));
       await Promise.all(gathered.map((path) => rm(path, { force: true })));
-      throw failed.reason;
+      throw firstFailure.error;
     }
     const images: Record<string, UploadedImage> = {};
     sources.forEach(
@@ -45,8 +55,12 @@ export class JsonJobs {
     return { tool: form.tool, generationType: form.generationType, images, texts: form.texts, webhookUrl };
   }
 
-  private async fetched(name: string, url: string, hash: boolean): Promise<UploadedImage> {
-    const file = await this.urls.fetch(name, url, { hash });
+  private async fetched(
+    name: string,
+    url: string,
+    options: { hash: boolean; abandon: AbortSignal },
+  ): Promise<UploadedImage> {
+    const file = await this.urls.fetch(name, url, options);
     try {
       return await this.uploads.inspectImage(name, file);
     } catch (error) {

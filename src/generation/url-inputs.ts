@@ -40,9 +40,13 @@ function fetchFailed(field: string, why: string): DomainError {
 export class UrlInputs {
   constructor(private readonly config: AppConfig) {}
 
-  /** The body of `url` in a temporary file; every failure is the input's 4xx problem, and leaves no file. */
-  async fetch(field: string, url: string, options: { hash: boolean }): Promise<FetchedFile> {
-    const signal = AbortSignal.timeout(this.config.urlFetchTimeoutMs);
+  /**
+   * The body of `url` in a temporary file; every failure is the input's 4xx problem, and leaves no file. `abandon`
+   * stops the fetch early (another input of the job failed: this one is no longer needed).
+   */
+  async fetch(field: string, url: string, options: { hash: boolean; abandon?: AbortSignal }): Promise<FetchedFile> {
+    const timeout = AbortSignal.timeout(this.config.urlFetchTimeoutMs);
+    const signal = options.abandon ? AbortSignal.any([timeout, options.abandon]) : timeout;
     let target = url;
     for (let redirects = 0; ; redirects++) {
       const problem = webhookUrlProblem(target, {
@@ -50,7 +54,7 @@ export class UrlInputs {
         allowPrivateNetworks: this.config.webhookAllowPrivateNetworks,
       });
       if (problem) throw fetchFailed(field, redirects === 0 ? `its URL ${problem}` : `a redirect's target ${problem}`);
-      const response = await this.get(field, new URL(target), signal);
+      const response = await this.get(field, new URL(target), signal, timeout);
       const status = response.statusCode ?? 0;
       const location = response.headers.location;
       if (REDIRECT_STATUSES.has(status) && location) {
@@ -63,11 +67,11 @@ export class UrlInputs {
         response.resume();
         throw fetchFailed(field, `answered HTTP ${status}`);
       }
-      return this.receive(field, response, signal, options.hash);
+      return this.receive(field, response, { signal, timeout }, options.hash);
     }
   }
 
-  private get(field: string, url: URL, signal: AbortSignal): Promise<IncomingMessage> {
+  private get(field: string, url: URL, signal: AbortSignal, timeout: AbortSignal): Promise<IncomingMessage> {
     const client = url.protocol === 'https:' ? https : http;
     return new Promise((resolve, reject) => {
       const request = client.request(url, {
@@ -77,7 +81,7 @@ export class UrlInputs {
         signal,
       });
       request.once('response', resolve);
-      request.once('error', (error) => reject(this.failure(field, error, signal)));
+      request.once('error', (error) => reject(this.failure(field, error, timeout)));
       request.end();
     });
   }
@@ -85,7 +89,7 @@ export class UrlInputs {
   private async receive(
     field: string,
     response: IncomingMessage,
-    signal: AbortSignal,
+    { signal, timeout }: { signal: AbortSignal; timeout: AbortSignal },
     hash: boolean,
   ): Promise<FetchedFile> {
     const limit = this.config.uploadMaxFileBytes;
@@ -115,15 +119,15 @@ export class UrlInputs {
       if (error === tooLarge) throw tooLarge;
       // A file this machine cannot write (its error names the path) is the service's failure, not the URL's.
       if ((error as NodeJS.ErrnoException).path !== undefined) throw new UploadStorageError(error);
-      throw this.failure(field, error, signal);
+      throw this.failure(field, error, timeout);
     }
     return { path, size, probe };
   }
 
   /** A failed exchange as the input's problem: the reason in words a client can act on, never a stack. */
-  private failure(field: string, error: unknown, signal: AbortSignal): DomainError {
+  private failure(field: string, error: unknown, timeout: AbortSignal): DomainError {
     if (error instanceof DomainError) return error;
-    if (signal.aborted) return fetchFailed(field, `no answer within ${this.config.urlFetchTimeoutMs / 1000} s`);
+    if (timeout.aborted) return fetchFailed(field, `no answer within ${this.config.urlFetchTimeoutMs / 1000} s`);
     if (error instanceof RefusedAddress) return fetchFailed(field, `refused: ${error.message}, not a public address`);
     const code = (error as NodeJS.ErrnoException).code;
     return fetchFailed(field, code ? `network error ${code}` : 'the connection failed');

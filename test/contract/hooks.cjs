@@ -530,8 +530,13 @@ on('beforeValidation', `${CREATE} > 200 > application/json`, (t) => {
     throw new Error(`Preference-Applied is "${t.real.headers['preference-applied']}", expected wait=30`);
   }
 });
-on('before', `${CREATE} > 202 > application/json`, (t) => {
-  useMultipart(t, validJobParts());
+/** Whether Dredd made this transaction from the JSON request body (the operation takes a form and JSON alike). */
+function sendsJson(t) {
+  return /^application\/json/.test(t.request.headers['Content-Type'] || '');
+}
+on('before', `${CREATE} > 202 > application/json`, async (t) => {
+  if (sendsJson(t)) setJsonBody(t, { tool: 'fashion_card', inputs: { clothes: await storedFile() } });
+  else useMultipart(t, validJobParts());
   t.request.headers['Idempotency-Key'] = randomUUID();
 });
 on('after', `${CREATE} > 202 > application/json`, (t) => {
@@ -545,7 +550,9 @@ on('after', `${CREATE} > 202 > application/json`, (t) => {
 // The error transactions send no Idempotency-Key: the example key with other payloads would answer 422 reused.
 on('before', `${CREATE} > 400 > application/problem+json`, (t) => {
   delete t.request.headers['Idempotency-Key'];
-  useMultipart(t, [{ name: 'tool', value: 'fashion_card' }]); // the required image `clothes` is missing
+  // The required image `clothes` is missing.
+  if (sendsJson(t)) setJsonBody(t, { tool: 'fashion_card', inputs: {} });
+  else useMultipart(t, [{ name: 'tool', value: 'fashion_card' }]);
 });
 expectProblemCode(`${CREATE} > 400 > application/problem+json`, 'validation_failed');
 on('before', `${CREATE} > 401 > application/problem+json`, (t) => {

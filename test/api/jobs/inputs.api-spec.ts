@@ -263,6 +263,20 @@ describe('JSON job creation with inputs by URL or stored file', () => {
       30_000,
     );
 
+    it('answers the first input to fail, and drops the fetch of another still going', async () => {
+      const sut = await newClient(block);
+      const before = await kept(block);
+
+      const answer = await sut.createJson({
+        tool: 'fashion_swap',
+        inputs: { clothes: images.url('/stall.jpg'), person: images.url('/missing.jpg') },
+      });
+
+      expect([answer.status, answer.body.code]).toEqual([422, 'input_fetch_failed']);
+      expect(answer.body.errors).toEqual([{ field: 'person', message: 'answered HTTP 404' }]);
+      expect(await kept(block)).toEqual(before);
+    });
+
     it('follows three redirects, each to be judged again', async () => {
       const sut = await newClient(block);
 
