@@ -1897,11 +1897,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                /**
-                 * @example {
-                 *       "file": "<JPEG bytes of the photo>"
-                 *     }
-                 */
                 "multipart/form-data": {
                     /**
                      * Format: binary
