@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { hostname } from 'node:os';
 import { Client, type HistoryItemBody, type ProblemBody } from '../../support/client.js';
 import { query, waitUntil } from '../../support/harness.js';
@@ -341,6 +342,22 @@ describe('URL inputs without the development settings', () => {
     expect(await kept(block)).toEqual(before);
   });
 
+  it('sweeps stored bytes no file names once they are old enough, and leaves young ones', async () => {
+    const inputs = block.env.serviceEnv.INPUT_ROOT;
+    const [stray, young] = ['file_' + 'a'.repeat(32), 'file_' + 'b'.repeat(32)];
+    // Made by the store's first write; none has happened yet when this test runs alone.
+    await mkdir(inputs, { recursive: true });
+    for (const name of [stray, young]) await writeFile(join(inputs, name), 'bytes of a store whose row failed');
+    // Written twenty minutes ago: past any POST /files still writing its row.
+    const then = new Date(Date.now() - 20 * 60_000);
+    await utimes(join(inputs, stray), then, then);
+
+    await waitUntil(async () => !(await filesUnder(inputs)).includes(stray), 'the sweep to remove the stray bytes');
+
+    expect(await filesUnder(inputs)).toContain(young);
+    await rm(join(inputs, young));
+  });
+
   it('forgets a file past FILE_TTL: 404 at once, in jobs too, and its row and bytes swept', async () => {
     const sut = await newClient(block);
     const { body: file } = await sut.uploadFile(await readFile(PERSON));
@@ -350,7 +367,11 @@ describe('URL inputs without the development settings', () => {
     const job = await sut.createJson({ tool: 'default', inputs: { image: file.file_id } });
 
     expect([job.status, job.body.code]).toEqual([404, 'not_found']);
-    await waitUntil(async () => (await kept(block)).files === 0, 'the sweep to remove the row');
-    expect((await filesUnder(block.env.serviceEnv.INPUT_ROOT)).filter((key) => key.startsWith('file_'))).toEqual([]);
+    // The row goes first, then the bytes it named.
+    await waitUntil(
+      async () => (await filesUnder(block.env.serviceEnv.INPUT_ROOT)).every((key) => key !== file.file_id),
+      'the sweep to remove the bytes',
+    );
+    expect((await kept(block)).files).toBe(0);
   });
 });
