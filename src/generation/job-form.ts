@@ -21,8 +21,8 @@ export interface ToolForm {
 const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url'];
 
 /**
- * Refuses a form sent as anything but multipart with its boundary (a job may also come as JSON, read elsewhere). An empty boundary (`boundary=`) would read as
- * a form without parts, and be refused as one missing its tool.
+ * Refuses a form sent as anything but multipart with its boundary (a job may also come as JSON, read elsewhere). An
+ * empty boundary (`boundary=`) would read as a form without parts, and be refused as one missing its tool.
  */
 export function checkFormContentType(contentType: string | undefined): void {
   if (
