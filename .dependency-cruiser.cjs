@@ -6,6 +6,7 @@
  *   features: auth, catalog's routes, generation, history, worker, webhooks, health, contract, the /media route
  *   jobs: history items as jobs (repository, lifecycle, events), shared by the features that create, show and run them
  *   users: the operators' statements on users and their own limits, which job creation reads
+ *   files: users' stored files (rows and bytes), which job creation, the files' routes and a user's removal use
  *   engines: what runs a job's model (the port, the registry, one folder per kind), on common/ and the configuration only
  *   infrastructure: config, common, database, redis, queue, media storage, metrics, generated contract types
  *
@@ -15,7 +16,7 @@
 const INFRASTRUCTURE =
   '^src/(config|common|database|redis|queue|metrics|generated)/|^src/media/(?!media(\\.controller|-api\\.module))';
 const ABOVE_INFRASTRUCTURE =
-  '^src/(admin|auth|catalog|generation|history|jobs|users|worker|webhooks|health|contract)/|^src/media/media(\\.controller|-api\\.module)';
+  '^src/(admin|auth|catalog|generation|history|jobs|users|files|worker|webhooks|health|contract)/|^src/media/media(\\.controller|-api\\.module)';
 const FEATURES = '^src/(admin|generation|history|worker|webhooks|health|contract)/';
 /** What every layer may use: the catalog's data (it drives configuration too), and who the request's user is. */
 const SHARED = '^src/catalog/catalog\\.ts$|^src/auth/(auth\\.decorators|user\\.entity)\\.ts$';
@@ -49,6 +50,13 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/users/' },
       to: { path: '^src/(admin|auth|generation|history|jobs|worker|webhooks|health|contract)/', pathNot: SHARED },
+    },
+    {
+      name: 'files-below-features',
+      comment: "Stored files serve job creation, the files' routes and the operators' tools; they use none of them.",
+      severity: 'error',
+      from: { path: '^src/files/' },
+      to: { path: '^src/(admin|auth|generation|history|jobs|users|worker|webhooks|health|contract)/', pathNot: SHARED },
     },
     {
       name: 'features-apart',

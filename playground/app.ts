@@ -1,6 +1,6 @@
 /**
  * The playground page: every tool of the service (from the API, not hard-coded), a job created with the user's own
- * files, its status and progress live from the event stream, the result, and the history. Built with the typed
+ * files or image URLs, its status and progress live from the event stream, the result, and the history. Built with the typed
  * client; the API key stays in this tab's sessionStorage and is sent to this origin only.
  */
 import {
@@ -163,16 +163,41 @@ function renderInputs(): void {
         htmlFor: id,
         textContent: `${input.name}${input.required ? '' : ' (optional)'}`,
       });
+      if (!(field instanceof HTMLInputElement)) return element('div', { className: 'field' }, label, field, hint);
       const preview = element('img', { className: 'thumb', alt: `Preview of the ${input.name} image`, hidden: true });
-      if (field instanceof HTMLInputElement) {
-        field.addEventListener('change', () => {
-          const file = field.files?.[0];
-          if (preview.src) URL.revokeObjectURL(preview.src);
-          preview.hidden = !file;
-          if (file) preview.src = URL.createObjectURL(file);
-        });
-      }
-      return element('div', { className: 'field' }, label, field, hint, preview);
+      // An image URL instead of a file: the service fetches it. Either one fills the input.
+      const url = element('input', {
+        id: `${id}-url`,
+        name: `${input.name}-url`,
+        type: 'url',
+        placeholder: 'https://…',
+        className: 'image-url',
+      });
+      url.dataset.input = input.name;
+      const urlLabel = element('label', {
+        htmlFor: url.id,
+        textContent: `${input.name} image URL (instead of a file)`,
+      });
+      const showPreview = (source: string | undefined) => {
+        if (preview.src.startsWith('blob:')) URL.revokeObjectURL(preview.src);
+        preview.hidden = !source;
+        if (source) preview.src = source;
+        else preview.removeAttribute('src');
+      };
+      field.addEventListener('change', () => {
+        const file = field.files?.[0];
+        if (file) url.value = '';
+        url.required = input.required && !file;
+        showPreview(file ? URL.createObjectURL(file) : undefined);
+      });
+      url.addEventListener('input', () => {
+        const given = url.value.trim() !== '';
+        if (given) field.value = '';
+        field.required = input.required && !given;
+        // No preview of a URL: the service fetches it, not this page.
+        showPreview(undefined);
+      });
+      return element('div', { className: 'field' }, label, field, urlLabel, url, hint, preview);
     }),
   );
 }
@@ -184,10 +209,14 @@ function withCode(text: string): (string | HTMLElement)[] {
 
 async function submitJob(form: HTMLFormElement): Promise<void> {
   const data = new FormData(form);
-  const images: Partial<Record<ImageInputName, Blob>> = {};
+  const files: Partial<Record<ImageInputName, Blob>> = {};
   for (const field of form.querySelectorAll<HTMLInputElement>('input[type=file]')) {
     const file = field.files?.[0];
-    if (file) images[field.name as ImageInputName] = file;
+    if (file) files[field.name as ImageInputName] = file;
+  }
+  const urls: Partial<Record<ImageInputName, string>> = {};
+  for (const field of form.querySelectorAll<HTMLInputElement>('input.image-url')) {
+    if (field.value.trim() !== '') urls[field.dataset.input as ImageInputName] = field.value.trim();
   }
   const text = (name: string): string | undefined => {
     const value = data.get(name);
@@ -195,6 +224,9 @@ async function submitJob(form: HTMLFormElement): Promise<void> {
   };
   $<HTMLButtonElement>('submit').disabled = true;
   try {
+    // A job takes its images one way: with any URL, the files are stored first and named by their ids.
+    const images: Partial<Record<ImageInputName, Blob | string>> =
+      Object.keys(urls).length === 0 ? files : { ...urls, ...(await storedFilesOf(files)) };
     const accepted = await client!.createJob({
       tool: text('tool') ?? '',
       generationType: text('generation_type'),
@@ -214,6 +246,14 @@ async function submitJob(form: HTMLFormElement): Promise<void> {
   } finally {
     $<HTMLButtonElement>('submit').disabled = false;
   }
+}
+
+/** Each file stored with `POST /files`, by input name, as the `file_id` a JSON job names it by. */
+async function storedFilesOf(files: Partial<Record<ImageInputName, Blob>>): Promise<Record<string, string>> {
+  const stored = await Promise.all(
+    Object.entries(files).map(async ([name, file]) => [name, (await client!.uploadFile(file)).file_id] as const),
+  );
+  return Object.fromEntries(stored);
 }
 
 function showJob(item: Pick<HistoryItem, 'status'> & Partial<HistoryItem>): void {

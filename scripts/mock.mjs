@@ -27,11 +27,16 @@
  * - A `webhook_url` the contract refuses answers 422 `invalid_webhook_url`, as the service does.
  * - `GET /generation/generationTypes?tool=` answers the service's own list for that tool (404 for an unknown one),
  *   rather than one example for every tool: a form built from it is one the check above takes.
+ * - A job sent as JSON is checked as the service checks it (the same fields for its tool, each image input an https URL
+ *   or a file id); its URLs are not fetched.
+ * - `POST /files` answers the file it was sent, as the service does: a fresh `file_id`, the image's own format, size
+ *   and dimensions (415 for bytes that are no image), expiring in 24 hours; `GET` and `DELETE /files/{id}` then answer
+ *   for it (404 for a file the mock did not store, or deleted), for the mock's lifetime.
  *
  * What the mock does not check is listed in docs/api-guide.md ("Building a frontend").
  */
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { createServer, request as forward } from 'node:http';
@@ -48,6 +53,7 @@ import { preferredWait } from '../dist/common/prefer.js';
 import { DomainError } from '../dist/common/problem.js';
 import { IdempotencyKeys } from '../dist/generation/idempotency.js';
 import { checkFormContentType, checkToolForm } from '../dist/generation/job-form.js';
+import { imageSourceOf, jsonJobParts } from '../dist/generation/job-json.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const host = process.env.MOCK_HOST ?? '127.0.0.1';
@@ -75,6 +81,9 @@ const RESULTS = [
 const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
 const OPERATIONS = operationsOf(contract);
 const JOB_CREATION = OPERATIONS.find((operation) => operation.id === 'createGenerationJob');
+/** The files `POST /files` stored, by id: what `GET /files/{id}` answers. */
+const storedFiles = new Map();
+const FILE_TTL_MS = 24 * 3600_000;
 
 const prismPort = await freePort();
 const prism = spawn(
@@ -166,8 +175,11 @@ async function mockOperation(request, response) {
     const beforeUpload =
       headerRefused ??
       (violationsOf(answer).some(({ location }) => location[1] !== 'body') ? contractRefusal : undefined) ??
-      contentTypeRefusal(request.headers['content-type']);
-    const refused = beforeUpload ?? (await toolFormRefusal(request.headers['content-type'], body)) ?? contractRefusal;
+      (isJson(request.headers['content-type']) ? undefined : contentTypeRefusal(request.headers['content-type']));
+    const formRefusal = isJson(request.headers['content-type'])
+      ? jsonJobRefusal(body)
+      : await toolFormRefusal(request.headers['content-type'], body);
+    const refused = beforeUpload ?? formRefusal ?? contractRefusal;
     if (refused) return problem(refused);
   } else if (contractRefusal) {
     return problem(contractRefusal);
@@ -176,6 +188,21 @@ async function mockOperation(request, response) {
   }
   if (accepted && typeof wait === 'number') answerHeaders['preference-applied'] = `wait=${wait}`;
   let answerBody = answer.body;
+  if (accepted && operation?.id === 'uploadFile') {
+    const stored = await storeFile(request.headers['content-type'], body);
+    if (stored instanceof DomainError) return problem(stored);
+    answerHeaders.location = `/files/${stored.file_id}`;
+    answerBody = JSON.stringify(stored);
+  }
+  if (accepted && (operation?.id === 'getFile' || operation?.id === 'deleteFile')) {
+    const id = path.slice('/files/'.length);
+    const stored = storedFiles.get(id);
+    if (!stored || Date.parse(stored.expires_at) <= Date.now()) {
+      return problem(new DomainError('not_found', `File ${id.slice(0, 80)} was not found.`));
+    }
+    if (operation.id === 'deleteFile') storedFiles.delete(id);
+    else answerBody = JSON.stringify(stored);
+  }
   if (accepted && operation?.id === 'listGenerationTypes') {
     try {
       // The local engine's descriptions: the mock knows no routing file.
@@ -279,6 +306,64 @@ function askPrism(method, path, headers, body) {
     });
     upstream.once('error', reject);
     upstream.end(body);
+  });
+}
+
+function isJson(contentType) {
+  return /^\s*application\/json\s*(;|$)/i.test(String(contentType ?? ''));
+}
+
+/** The service's refusal of a JSON job's fields for its tool, by the service's own checks; undefined when they fit. */
+function jsonJobRefusal(body) {
+  try {
+    const { parts, imageValues } = jsonJobParts(JSON.parse(body.toString('utf8')));
+    const form = checkToolForm(parts);
+    for (const name of form.images) imageSourceOf(name, imageValues.get(name));
+    return undefined;
+  } catch (error) {
+    if (error instanceof DomainError) return error;
+    // Not JSON at all: Prism's refusal names that.
+    if (error instanceof SyntaxError) return new DomainError('bad_request', 'The request body is not valid JSON.');
+    throw error;
+  }
+}
+
+/** The `file` part of a `POST /files` body, described as the service describes a stored file, and remembered. */
+function storeFile(contentType, body) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    const parser = busboy({ headers: { 'content-type': contentType } });
+    parser.on('file', (name, file) => {
+      file.on('data', (chunk) => name === 'file' && chunks.push(chunk));
+    });
+    parser.once('close', () => {
+      const data = Buffer.concat(chunks);
+      sharp(data)
+        .metadata()
+        .then(({ format, width, height }) => {
+          const type = { jpeg: 'image/jpeg', png: 'image/png', webp: 'image/webp' }[format];
+          if (!type || !width || !height) throw new Error('not an accepted image');
+          const stored = {
+            file_id: `file_${randomBytes(16).toString('hex')}`,
+            content_type: type,
+            width,
+            height,
+            size: data.length,
+            expires_at: new Date(Date.now() + FILE_TTL_MS).toISOString(),
+          };
+          storedFiles.set(stored.file_id, stored);
+          resolve(stored);
+        })
+        .catch(() =>
+          resolve(
+            new DomainError('unsupported_media_type', '"file" is not a complete JPEG, PNG or WebP image.', {
+              errors: [{ field: 'file', message: 'not a complete JPEG, PNG or WebP image' }],
+            }),
+          ),
+        );
+    });
+    parser.once('error', reject);
+    parser.end(body);
   });
 }
 

@@ -19,6 +19,7 @@ import { Metrics } from './metrics/metrics.js';
 import { RedisModule } from './redis/redis.module.js';
 import { UserRepository } from './users/user.repository.js';
 import { UsersModule } from './users/users.module.js';
+import { FilesModule } from './files/files.module.js';
 
 /** The job lifecycle's metrics, kept in this process and never served: the command line runs no metrics listener. */
 @Global()
@@ -33,6 +34,7 @@ class UnservedMetricsModule {}
     UnservedMetricsModule,
     JobsModule,
     UsersModule,
+    FilesModule,
   ],
   providers: [UserRemoval],
 })
@@ -179,7 +181,7 @@ function describeRemoved(removed: Removed): string {
   return (
     `${count(removed.keys, 'key')}, ${count(removed.secrets, 'webhook secret')}, ` +
     `${count(removed.items, 'history item')} (${removed.canceled} pending, canceled first) and their files, ` +
-    `${count(removed.redisKeys, 'Redis key')}`
+    `${count(removed.redisKeys, 'Redis key')}, ${count(removed.storedFiles, 'stored file')}`
   );
 }
 

@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { DataSource, type ObjectType } from 'typeorm';
 import { AUTH_ENTITIES } from './auth/auth.module.js';
+import { FILE_ENTITIES } from './files/files.module.js';
 import { JOB_ENTITIES } from './jobs/jobs.module.js';
 import { USER_ENTITIES } from './users/users.module.js';
 import { WEBHOOK_ENTITIES } from './webhooks/webhooks.module.js';
@@ -8,6 +9,7 @@ import { WEBHOOK_ENTITIES } from './webhooks/webhooks.module.js';
 /** The entities whose tables each repository's statements read, by the repository's path under src/. */
 const REPOSITORY_ENTITIES: Record<string, ObjectType<object>[]> = {
   'auth/api-key.repository.ts': AUTH_ENTITIES,
+  'files/stored-file.repository.ts': FILE_ENTITIES,
   'jobs/history.repository.ts': JOB_ENTITIES,
   'webhooks/webhook-secret.repository.ts': WEBHOOK_ENTITIES,
   'users/user.repository.ts': USER_ENTITIES,

@@ -14,6 +14,8 @@ export type HistoryPage = components['schemas']['HistoryPage'];
 export type JobAccepted = components['schemas']['JobAccepted'];
 export type JobFinished = components['schemas']['JobFinished'];
 export type Problem = components['schemas']['Problem'];
+export type StoredFile = components['schemas']['StoredFile'];
+export type JobRequest = components['schemas']['JobRequest'];
 export type JobStatus = HistoryItem['status'];
 export type ImageInputName = Exclude<GenerationInput['name'], 'prompt'>;
 export type HistoryFilters = NonNullable<paths['/user/generation-history']['get']['parameters']['query']>;
@@ -33,7 +35,11 @@ export interface CreateJobOptions {
   tool: string;
   /** The tool's default when absent. */
   generationType?: string;
-  images: Partial<Record<ImageInputName, ImageData>>;
+  /**
+   * By input name: each image's bytes (sent as a multipart upload), or each image named instead (sent as JSON): an
+   * `https` URL the service fetches, or the `file_id` of an image stored with `uploadFile`. One job takes one kind.
+   */
+  images: Partial<Record<ImageInputName, ImageData | string>>;
   /** The `default` tool's optional text. */
   prompt?: string;
   /** HTTPS URL the service POSTs the final item to, signed (see `@igs/client/webhooks`). */
@@ -138,17 +144,34 @@ export class Client {
    * that many seconds.
    */
   async createJob(options: CreateJobOptions): Promise<JobAccepted | JobFinished> {
-    const form = new FormData();
-    form.append('tool', options.tool);
-    if (options.generationType !== undefined) form.append('generation_type', options.generationType);
-    for (const [name, image] of Object.entries(options.images)) {
-      if (image !== undefined) form.append(name, toBlob(image), name);
-    }
-    if (options.prompt !== undefined) form.append('prompt', options.prompt);
-    if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
     const headers: Record<string, string> = {};
     if (options.idempotencyKey !== undefined) headers['Idempotency-Key'] = options.idempotencyKey;
     if (options.wait !== undefined) headers.Prefer = `wait=${options.wait}`;
+    const images = Object.entries(options.images).filter(
+      (entry): entry is [string, ImageData | string] => entry[1] !== undefined,
+    );
+    const named = images.filter(([, image]) => typeof image === 'string');
+    if (named.length > 0) {
+      if (named.length !== images.length) {
+        throw new TypeError('A job takes its images as bytes or as URLs and file ids, not both: uploadFile the bytes.');
+      }
+      const inputs: Record<string, string> = Object.fromEntries(named as [string, string][]);
+      if (options.prompt !== undefined) inputs.prompt = options.prompt;
+      const body: JobRequest = { tool: options.tool, inputs };
+      if (options.generationType !== undefined) body.generation_type = options.generationType;
+      if (options.webhookUrl !== undefined) body.webhook_url = options.webhookUrl;
+      return dataOf(
+        await this.send(() =>
+          this.http.POST('/generation/generate_image_v2/', { body, headers, signal: options.signal }),
+        ),
+      );
+    }
+    const form = new FormData();
+    form.append('tool', options.tool);
+    if (options.generationType !== undefined) form.append('generation_type', options.generationType);
+    for (const [name, image] of images) form.append(name, toBlob(image as ImageData), name);
+    if (options.prompt !== undefined) form.append('prompt', options.prompt);
+    if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
     return dataOf(
       await this.send(() =>
         this.http.POST('/generation/generate_image_v2/', {
@@ -161,6 +184,27 @@ export class Client {
         }),
       ),
     );
+  }
+
+  /** Stores an image to name in later jobs by its `file_id`, until its `expires_at`. */
+  async uploadFile(image: ImageData, options: { signal?: AbortSignal } = {}): Promise<StoredFile> {
+    const form = new FormData();
+    form.append('file', toBlob(image), 'file');
+    return dataOf(
+      await this.send(() =>
+        this.http.POST('/files', { body: {} as never, bodySerializer: () => form, signal: options.signal }),
+      ),
+    );
+  }
+
+  /** A stored file's description; a missing, expired or another user's file is a `not_found` ServiceError. */
+  async getFile(id: string): Promise<StoredFile> {
+    return dataOf(await this.send(() => this.http.GET('/files/{id}', { params: { path: { id } } })));
+  }
+
+  /** Deletes a stored file; jobs that named it keep their own copy. */
+  async deleteFile(id: string): Promise<void> {
+    await this.send(() => this.http.DELETE('/files/{id}', { params: { path: { id } } }));
   }
 
   /** One item; with `wait` (seconds), answered as soon as it is final or when the wait is over. */

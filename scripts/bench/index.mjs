@@ -16,6 +16,7 @@ import { DIST, interrupted, log, results, ROOT, runAllCleanups } from './lib.mjs
 
 const BENCHES = {
   create: () => import('./benches/create.mjs'),
+  inputs: () => import('./benches/inputs.mjs'),
   embedded: () => import('./benches/embedded.mjs'),
   latency: () => import('./benches/latency.mjs'),
   worker: () => import('./benches/worker.mjs'),

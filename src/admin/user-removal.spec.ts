@@ -5,6 +5,7 @@ import type { HistoryRepository } from '../jobs/history.repository.js';
 import type { JobLifecycle } from '../jobs/job-lifecycle.js';
 import type { JobQueue } from '../queue/job-queue.js';
 import type { UserRepository, UserRow } from '../users/user.repository.js';
+import type { StoredFiles } from '../files/stored-files.js';
 import { UserRemoval } from './user-removal.js';
 
 const USER = { id: 'user-1', name: 'alice' } as UserRow;
@@ -20,7 +21,8 @@ function removalWith(scan: () => Promise<[string, string[]]>) {
   const items = { someOf: () => Promise.resolve([]) } as unknown as HistoryRepository;
   const redis = { scan, del: (...keys: string[]) => Promise.resolve(keys.length) } as unknown as Redis;
   const config = { authCacheTtlMs: 0, redisPrefix: 'igs' } as AppConfig;
-  const sut = new UserRemoval(users, items, {} as JobLifecycle, {} as JobQueue, redis, config);
+  const files = { removeSome: () => Promise.resolve(0) } as unknown as StoredFiles;
+  const sut = new UserRemoval(users, items, {} as JobLifecycle, {} as JobQueue, redis, config, files);
   return { sut, rows };
 }
 

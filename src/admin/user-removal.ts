@@ -6,6 +6,7 @@ import { idempotencyKeysOf } from '../generation/idempotency.js';
 import { creationCountersOf } from '../generation/limits.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
+import { StoredFiles } from '../files/stored-files.js';
 import { JobQueue } from '../queue/job-queue.js';
 import { REDIS } from '../redis/redis.module.js';
 import { type UserHoldings, UserRepository, type UserRow } from '../users/user.repository.js';
@@ -31,12 +32,14 @@ export interface Removed {
   canceled: number;
   /** Redis keys of the user's own (creation counters, idempotency keys) and of their items' runs. */
   redisKeys: number;
+  /** Stored files (`POST /files`), with their bytes. */
+  storedFiles: number;
 }
 
 /**
  * Removes a user and everything of theirs (`igs users delete`): keys first, so that no new request of theirs gets in,
  * then each item as the user's own delete removes it (pending jobs canceled first, through the lifecycle), then their
- * keys in Redis, last the user row with their webhook secret. Every step can be repeated: a removal cut short is
+ * keys in Redis and their stored files, last the user row with their webhook secret. Every step can be repeated: a removal cut short is
  * finished by running it again.
  */
 @Injectable()
@@ -48,6 +51,7 @@ export class UserRemoval {
     private readonly jobs: JobQueue,
     @Inject(REDIS) private readonly redis: Redis,
     private readonly config: AppConfig,
+    private readonly files: StoredFiles,
   ) {}
 
   /** What removing the user named `name` would take along; undefined when there is no such user. */
@@ -57,7 +61,14 @@ export class UserRemoval {
   }
 
   async remove({ user, holdings }: RemovalPlan): Promise<Removed> {
-    const removed: Removed = { keys: holdings.keys, secrets: holdings.secrets, items: 0, canceled: 0, redisKeys: 0 };
+    const removed: Removed = {
+      keys: holdings.keys,
+      secrets: holdings.secrets,
+      items: 0,
+      canceled: 0,
+      redisKeys: 0,
+      storedFiles: 0,
+    };
     await this.users.revokeKeysOf(user.id);
     // Every API process forgets a revoked key within AUTH_CACHE_TTL_MS: after that no new request of theirs gets in.
     await sleep(this.config.authCacheTtlMs);
@@ -68,6 +79,12 @@ export class UserRemoval {
         // is finished by running it again, which finds the user by that row.
         removed.redisKeys += await this.deleteMatching(`${creationCountersOf(user.id)}*`);
         removed.redisKeys += await this.deleteMatching(`${idempotencyKeysOf(user.id)}*`);
+        // Their bytes first, then the rows: the user row's removal would drop the rows alone, leaving bytes to a sweep.
+        let files: number;
+        do {
+          files = await this.files.removeSome(BATCH, user.id);
+          removed.storedFiles += files;
+        } while (files === BATCH);
         if (await this.users.deleteIfNoItems(user.id)) break;
         continue;
       }

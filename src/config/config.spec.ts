@@ -375,3 +375,23 @@ describe('AppConfig retention', () => {
     ]);
   });
 });
+
+describe('AppConfig stored files and URL inputs', () => {
+  it('keeps stored files a day and gives an image URL ten seconds when unset', () => {
+    const sut = configFrom({});
+
+    expect([sut.fileTtlMs, sut.urlFetchTimeoutMs]).toEqual([86_400_000, 10_000]);
+  });
+
+  it('reads FILE_TTL and URL_FETCH_TIMEOUT as durations of a second or more', () => {
+    const sut = configFrom({ FILE_TTL: '1s', URL_FETCH_TIMEOUT: '2m' });
+
+    expect([sut.fileTtlMs, sut.urlFetchTimeoutMs]).toEqual([1000, 120_000]);
+  });
+
+  it.each(['FILE_TTL', 'URL_FETCH_TIMEOUT'])('refuses %s under a second, naming it', (name) => {
+    expect(configErrorFrom({ [name]: '500ms' }).problems).toEqual([
+      `${name} must be a duration from a second to 36500d such as 30d, 12h or 90s, got "500ms"`,
+    ]);
+  });
+});

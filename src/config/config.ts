@@ -96,6 +96,10 @@ export class AppConfig {
   /** Waits between a webhook's attempts: the Standard Webhooks schedule unless set. */
   readonly webhookRetryDelaysMs: readonly number[];
   readonly webhookTimeoutMs: number;
+  /** How long a stored file (`POST /files`) is kept after its upload (FILE_TTL). */
+  readonly fileTtlMs: number;
+  /** How long fetching one image URL of a JSON job may take, redirects included (URL_FETCH_TIMEOUT). */
+  readonly urlFetchTimeoutMs: number;
   /** How often an idle event stream sends a comment line, so proxies do not close it. */
   readonly eventStreamHeartbeatMs: number;
   readonly shutdownTimeoutMs: number;
@@ -175,6 +179,8 @@ export class AppConfig {
     this.webhookAllowPrivateNetworks = read.WEBHOOK_ALLOW_PRIVATE_NETWORKS;
     this.webhookRetryDelaysMs = read.WEBHOOK_RETRY_DELAYS_MS;
     this.webhookTimeoutMs = read.WEBHOOK_TIMEOUT_MS;
+    this.fileTtlMs = parseDuration(read.FILE_TTL);
+    this.urlFetchTimeoutMs = parseDuration(read.URL_FETCH_TIMEOUT);
     this.shutdownTimeoutMs = read.SHUTDOWN_TIMEOUT_MS;
     this.historyRetentionMs = read.HISTORY_RETENTION === undefined ? undefined : parseDuration(read.HISTORY_RETENTION);
     this.retentionSweepIntervalMs = read.RETENTION_SWEEP_INTERVAL_MS;

@@ -270,6 +270,10 @@ export class EnvironmentVariables {
   @Flag() WEBHOOK_ALLOW_PRIVATE_NETWORKS = false;
   @WholeNumbers(0, 7 * 86_400_000) WEBHOOK_RETRY_DELAYS_MS: readonly number[] = STANDARD_WEBHOOK_RETRY_DELAYS_MS;
   @WholeNumber(100, 600_000) WEBHOOK_TIMEOUT_MS = 10_000;
+  /** How long a stored file (`POST /files`) is kept. */
+  @Duration() FILE_TTL = '24h';
+  /** How long fetching one image URL of a JSON job may take, redirects included. */
+  @Duration() URL_FETCH_TIMEOUT = '10s';
   @WholeNumber(0, 3_600_000) SHUTDOWN_TIMEOUT_MS = 30_000;
   /** Unset: final items are kept until their user deletes them. */
   @Duration() HISTORY_RETENTION?: string;

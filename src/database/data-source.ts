@@ -9,6 +9,7 @@ import { Webhooks1795310000000 } from './migrations/1795310000000-Webhooks.js';
 import { RetentionIndex1795320000000 } from './migrations/1795320000000-RetentionIndex.js';
 import { AdminKeysAndUserLimits1795330000000 } from './migrations/1795330000000-AdminKeysAndUserLimits.js';
 import { ConcurrencyLimits1795345000000 } from './migrations/1795345000000-ConcurrencyLimits.js';
+import { Files1795350000000 } from './migrations/1795350000000-Files.js';
 
 export const MIGRATIONS = [
   Initial1795292142970,
@@ -18,6 +19,7 @@ export const MIGRATIONS = [
   RetentionIndex1795320000000,
   AdminKeysAndUserLimits1795330000000,
   ConcurrencyLimits1795345000000,
+  Files1795350000000,
 ];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */

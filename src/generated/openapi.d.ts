@@ -111,6 +111,17 @@ export interface paths {
          *     that ends within N seconds answered `200` with its final `status`; otherwise the answer is
          *     `202` as always. Or open `GET /user/generation-history/{id}/events` (an event stream) with the
          *     id from the answer.
+         *
+         *     **JSON instead of a form.** Sent as `application/json` (see `JobRequest`), a job names its
+         *     images instead of carrying them: each image input is an `https` URL or the `file_id` of an image
+         *     stored with `POST /files`; text inputs are the text itself. The service fetches every URL before
+         *     it answers (public addresses only, checked on the address it connects to; at most 3 redirects,
+         *     each checked again; 10 s; the upload size limit) and checks the bytes as it checks an upload. A
+         *     URL that cannot be fetched (a refused address, an error status, no answer in time, too many
+         *     redirects) answers `422 input_fetch_failed`, one over the size limit `413`, one that is not an
+         *     image `415`; a `file_id` that is unknown, expired or another user's answers `404 not_found`. Each
+         *     names the input in `errors`. A refused job keeps nothing: no item, no stored input, no file. A
+         *     job copies the images of the files it names: deleting a file later does not touch the job.
          */
         post: operations["createGenerationJob"];
         delete?: never;
@@ -374,6 +385,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Store an image to name in later jobs
+         * @description Stores one image for the caller, to be named by its `file_id` in the `inputs` of JSON job
+         *     creations, as often as wanted, until it expires (24 hours after its upload unless the operator
+         *     set another `FILE_TTL`; `expires_at` says when). The image is checked as a job's upload is: JPEG,
+         *     PNG or WebP by its bytes (`415` otherwise), at most 10 MiB (`413`), 64 to 8192 px a side and at
+         *     most 40 megapixels (`422`). Stored privately: never served back, only used as a job's input.
+         */
+        post: operations["uploadFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/files/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `file_id` that `POST /files` answered.
+                 * @example file_q7Hk2mVx9LcT4pRw8sNb3e
+                 */
+                id: components["parameters"]["FileId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Read a stored file's description
+         * @description What `POST /files` answered. A file that does not exist, has expired or belongs to another user
+         *     answers `404` (the three are indistinguishable).
+         */
+        get: operations["getFile"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a stored file
+         * @description Removes the file at once. Jobs that named it keep their own copy of the image. Deleting again,
+         *     or a missing, expired or other user's file, answers `404`.
+         */
+        delete: operations["deleteFile"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/media/{id}/{file}": {
         parameters: {
             query?: never;
@@ -630,6 +697,70 @@ export interface components {
             status: "complete" | "error";
         };
         /**
+         * @description A job sent as `application/json`: the form's fields, with the inputs under `inputs`. An image
+         *     input is an `https` URL (plain `http` only where the operator allows it) or the `file_id` of an
+         *     image stored with `POST /files`; anything else answers `400 validation_failed` naming the input.
+         *     A text input (`prompt`) is the text. Only the tool's inputs are accepted (`400 unexpected_field`).
+         *     A body over 100 KB answers `413`.
+         */
+        JobRequest: {
+            /**
+             * @description A `tool` value from `GET /generation/tools`.
+             * @example fashion_swap
+             */
+            tool: string;
+            /**
+             * @description One of the tool's generation types; absent, the tool's default.
+             * @example fashion_swap_full
+             */
+            generation_type?: string;
+            /**
+             * @description The tool's inputs by name (`GET /generation/generationTypes` lists them).
+             * @example {
+             *       "clothes": "https://images.example.com/catalog/shirt-0042.jpg",
+             *       "person": "file_q7Hk2mVx9LcT4pRw8sNb3e"
+             *     }
+             */
+            inputs: {
+                [key: string]: string;
+            };
+            /**
+             * Format: uri
+             * @description As the form field `webhook_url`.
+             * @example https://app.example.com/hooks/generation
+             */
+            webhook_url?: string;
+        };
+        /** @description An image stored with `POST /files`, to be named in JSON job creations until `expires_at`. */
+        StoredFile: {
+            /**
+             * @description The id to put in a job's `inputs`.
+             * @example file_q7Hk2mVx9LcT4pRw8sNb3e
+             */
+            file_id: string;
+            /**
+             * @description The image's format, judged by its bytes.
+             * @example image/jpeg
+             * @enum {string}
+             */
+            content_type: "image/jpeg" | "image/png" | "image/webp";
+            /** @example 1024 */
+            width: number;
+            /** @example 1536 */
+            height: number;
+            /**
+             * @description Bytes.
+             * @example 284113
+             */
+            size: number;
+            /**
+             * Format: date-time
+             * @description When the file is removed; from then on it answers `404`, in jobs too.
+             * @example 2026-06-02T09:14:03.000Z
+             */
+            expires_at: string;
+        };
+        /**
          * @description One generation job of the calling user.
          *
          *     | field | `pending` | `complete` | `error` |
@@ -856,6 +987,7 @@ export interface components {
          *     | `unsupported_media_type` | 415 |
          *     | `headers_too_large` | 431 (the request's header fields together are over 16 KB) |
          *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url` | 422 |
+         *     | `input_fetch_failed` | 422 (a job's image URL could not be fetched) |
          *     | `rate_limited`, `too_many_pending`, `too_many_concurrent_requests` | 429 |
          *     | `service_unavailable` | 503 |
          *     | `internal_error` | 500 (a fault in the service, never caused by client input) |
@@ -886,7 +1018,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "input_fetch_failed" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history
@@ -1028,7 +1160,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description A file larger than 10 MiB or more than 10 multipart parts in an upload, or a JSON body larger than 100 KB. */
+        /** @description A file larger than 10 MiB or more than 10 multipart parts in an upload, an image URL whose body is larger than 10 MiB (naming the input), or a JSON body larger than 100 KB. */
         PayloadTooLarge: {
             headers: {
                 [name: string]: unknown;
@@ -1046,7 +1178,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description An uploaded file is not a JPEG, PNG or WebP image (judged by its bytes). */
+        /** @description An uploaded file, or what an image URL answered, is not a JPEG, PNG or WebP image (judged by its bytes). */
         UnsupportedMediaType: {
             headers: {
                 [name: string]: unknown;
@@ -1069,7 +1201,8 @@ export interface components {
          *     the tool's (`invalid_generation_type`), an image under 64 px on a side (`image_too_small`)
          *     or over 8192 px on a side or 40 megapixels (`image_too_large`), an `Idempotency-Key`
          *     reused with a different payload (`idempotency_key_reused`), or a `webhook_url` that is not an
-         *     absolute https URL or names a private address (`invalid_webhook_url`).
+         *     absolute https URL or names a private address (`invalid_webhook_url`), or an image URL of a JSON
+         *     job that could not be fetched (`input_fetch_failed`, naming the input in `errors`).
          */
         Unprocessable: {
             headers: {
@@ -1124,6 +1257,11 @@ export interface components {
          * @example 3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
          */
         HistoryItemId: string;
+        /**
+         * @description The `file_id` that `POST /files` answered.
+         * @example file_q7Hk2mVx9LcT4pRw8sNb3e
+         */
+        FileId: string;
         /**
          * @description `wait=N` (RFC 7240), N from 1 to 60: hold the answer until the job is final, for at most N
          *     seconds. Other preferences in the header are ignored; a `wait` outside 1..60 answers
@@ -1343,6 +1481,7 @@ export interface operations {
                     /** @description Optional description of the wanted result, recorded with the job. Accepted only by `default`; at most 1000 characters (`400 validation_failed` beyond). */
                     prompt?: string;
                 };
+                "application/json": components["schemas"]["JobRequest"];
             };
         };
         responses: {
@@ -1400,6 +1539,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -1754,6 +1894,126 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    uploadFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "multipart/form-data": {
+                    /**
+                     * Format: binary
+                     * @description The image. Any other part answers `400 unexpected_field`.
+                     */
+                    file: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Stored. */
+            201: {
+                headers: {
+                    /**
+                     * @description Path of the file, `/files/{file_id}`.
+                     * @example /files/file_q7Hk2mVx9LcT4pRw8sNb3e
+                     */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "file_id": "file_q7Hk2mVx9LcT4pRw8sNb3e",
+                     *       "content_type": "image/jpeg",
+                     *       "width": 1024,
+                     *       "height": 1536,
+                     *       "size": 284113,
+                     *       "expires_at": "2026-06-02T09:14:03.000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StoredFile"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `file_id` that `POST /files` answered.
+                 * @example file_q7Hk2mVx9LcT4pRw8sNb3e
+                 */
+                id: components["parameters"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "file_id": "file_q7Hk2mVx9LcT4pRw8sNb3e",
+                     *       "content_type": "image/jpeg",
+                     *       "width": 1024,
+                     *       "height": 1536,
+                     *       "size": 284113,
+                     *       "expires_at": "2026-06-02T09:14:03.000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StoredFile"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `file_id` that `POST /files` answered.
+                 * @example file_q7Hk2mVx9LcT4pRw8sNb3e
+                 */
+                id: components["parameters"]["FileId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. No body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -13,6 +13,7 @@ import type { FairShare } from '../users/fair-share.js';
 import type { UserRepository } from '../users/user.repository.js';
 import { UserLimits } from '../users/user-limits.js';
 import { GenerationService } from './generation.service.js';
+import type { JsonJobs } from './json-jobs.js';
 import type { IdempotencyKeys } from './idempotency.js';
 import type { CreationRateLimit } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
@@ -58,8 +59,9 @@ describe('GenerationService', () => {
       rateLimit,
       new UserLimits(users, { limitMaxPending: 10, limitCreationsPerMinute: 60 } as AppConfig),
       { take: () => Promise.resolve(() => {}) } as unknown as FairShare,
+      {} as JsonJobs,
     );
-    const request = { headersDistinct: {} } as Request;
+    const request = { headersDistinct: {}, is: () => false } as unknown as Request;
 
     await expect(sut.create('user-1', request, {} as Response)).rejects.toBe(databaseDown);
 

@@ -12,6 +12,7 @@ import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
 import { acceptedAnswer, IdempotencyKeys, type StoredResponse } from './idempotency.js';
 import { FairShare } from '../users/fair-share.js';
 import { UserLimits } from '../users/user-limits.js';
+import { JsonJobs } from './json-jobs.js';
 import { CreationRateLimit } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
 
@@ -30,15 +31,23 @@ export class GenerationService {
     private readonly rateLimit: CreationRateLimit,
     private readonly limits: UserLimits,
     private readonly fairShare: FairShare,
+    private readonly jsonJobs: JsonJobs,
   ) {}
 
-  /** Validates the upload, records the job and queues it; answers what the client is to receive. */
+  /**
+   * Validates the job (a multipart upload, or JSON naming its images by URL or stored file), records it and queues it;
+   * answers what the client is to receive.
+   */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
     const idempotencyKey = IdempotencyKeys.validate(request.headersDistinct['idempotency-key']);
     await this.rateLimit.check(userId);
-    // Taken before the first byte of the body is read, and given back once the whole of it is.
+    // Taken before the first byte of the body is read (or of an image URL fetched), and given back once all of it is.
     const uploading = await this.fairShare.take(userId, 'uploads', response);
-    const upload = await this.uploads.parse(request, response).finally(uploading);
+    const upload = await (
+      request.is('application/json')
+        ? this.jsonJobs.read(userId, request.body, { hash: idempotencyKey !== undefined })
+        : this.uploads.parse(request, response)
+    ).finally(uploading);
     let accepted: StoredResponse | undefined;
     try {
       if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
@@ -123,11 +132,14 @@ export class GenerationService {
   }
 }
 
-/** Same tool, type, texts, webhook and file contents: the same request, whatever the part order or file names. */
+/**
+ * Same tool, type, texts, webhook and file contents: the same request, whatever the part order or file names. A stored
+ * file's id stands for its bytes, which never change.
+ */
 function fingerprintOf(upload: ValidUpload): string {
   const images = Object.entries(upload.images)
     .sort(([a], [b]) => a.localeCompare(b))
-    .map(([name, image]) => [name, image.sha256]);
+    .map(([name, image]) => [name, image.fileId === undefined ? image.sha256 : `file:${image.fileId}`]);
   const texts = Object.entries(upload.texts).sort(([a], [b]) => a.localeCompare(b));
   return createHash('sha256')
     .update(

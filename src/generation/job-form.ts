@@ -21,15 +21,18 @@ export interface ToolForm {
 const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url'];
 
 /**
- * Refuses a job sent as anything but a multipart form with its boundary. An empty boundary (`boundary=`) would read as
- * a form without parts, and be refused as one missing its tool.
+ * Refuses a form sent as anything but multipart with its boundary (a job may also come as JSON, read elsewhere). An
+ * empty boundary (`boundary=`) would read as a form without parts, and be refused as one missing its tool.
  */
 export function checkFormContentType(contentType: string | undefined): void {
   if (
     !/^\s*multipart\/form-data\s*;/i.test(contentType ?? '') ||
     !/;\s*boundary=("?)[^";\s]/i.test(contentType ?? '')
   ) {
-    throw new DomainError('malformed_multipart', 'Send the job as multipart/form-data, with its boundary.');
+    throw new DomainError(
+      'malformed_multipart',
+      'Send the body as multipart/form-data with its boundary (a job may also be sent as application/json).',
+    );
   }
 }
 

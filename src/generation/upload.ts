@@ -20,7 +20,12 @@ export interface UploadedImage {
   bytes: number;
   /** SHA-256 of the file (hex), when the request has an Idempotency-Key: part of its fingerprint. */
   sha256?: string;
+  /** The stored file (`POST /files`) it is a copy of: its id stands for its bytes in the fingerprint. */
+  fileId?: string;
 }
+
+/** A file received to a temporary path, seen by a probe on its way there: an upload's part or a fetched URL's body. */
+export type ReceivedFile = Pick<ProbedFile, 'path' | 'size' | 'probe'>;
 
 /** A job request that passed every check: the tool, its type and exactly the tool's inputs. */
 export interface ValidUpload {
@@ -82,7 +87,7 @@ export class UploadParser {
   }
 
   /** Removes the temporary files of an upload that was not accepted after all. */
-  async discard(upload: ValidUpload): Promise<void> {
+  async discard(upload: Pick<ValidUpload, 'images'>): Promise<void> {
     await Promise.all(Object.values(upload.images).map((image) => rm(image.path, { force: true })));
   }
 
@@ -105,12 +110,8 @@ export class UploadParser {
       ),
       files: files.map((file) => file.fieldname),
     });
-    const { tool, generationType, texts, webhookUrl: webhook } = form;
-
-    const problem = webhook === undefined ? undefined : this.webhookUrlProblem(webhook);
-    if (problem) throw invalidWebhookUrl(problem);
-    // Kept as the URL standard writes it: an international host name in its ASCII form, as a URI must be.
-    const webhookUrl = webhook === undefined ? null : new URL(webhook).href;
+    const { tool, generationType, texts } = form;
+    const webhookUrl = this.webhookUrlOf(form.webhookUrl);
 
     const images: Record<string, UploadedImage> = {};
     for (const name of form.images) {
@@ -118,6 +119,44 @@ export class UploadParser {
       images[name] = await this.inspectImage(name, file);
     }
     return { tool, generationType, images, texts, webhookUrl };
+  }
+
+  /** The job's webhook URL as it is kept, or null for none; a URL the webhooks' rules refuse is a 422. */
+  webhookUrlOf(webhook: string | undefined): string | null {
+    if (webhook === undefined) return null;
+    const problem = this.webhookUrlProblem(webhook);
+    if (problem) throw invalidWebhookUrl(problem);
+    // Kept as the URL standard writes it: an international host name in its ASCII form, as a URI must be.
+    return new URL(webhook).href;
+  }
+
+  /**
+   * Reads `POST /files`: one part, `file`, an image checked as a job's are. The same reception as a job's upload, so
+   * whatever bounds uploads in progress (a per-user cap of concurrent uploads) bounds this one alike.
+   */
+  async parseFile(request: Request, response: Response): Promise<UploadedImage> {
+    checkFormContentType(request.headers['content-type']);
+    await this.receive(request, response);
+    const files = (request.files as Express.Multer.File[] | undefined) ?? [];
+    try {
+      const [extra] = [
+        ...Object.keys((request.body as Record<string, unknown>) ?? {}),
+        ...files.map((f) => f.fieldname),
+      ].filter((name) => name !== 'file');
+      if (extra !== undefined) throw unexpectedField(extra, 'is not a field of a stored file; send only "file"');
+      if (files.length > 1) throw unexpectedField('file', 'sent more than once');
+      if (files.length === 0) {
+        throw new DomainError('validation_failed', 'The form field "file" is required.', {
+          errors: [{ field: 'file', message: 'required: the image to store' }],
+        });
+      }
+      return await this.inspectImage('file', files[0] as ProbedFile);
+    } catch (error) {
+      await discard(files);
+      throw error;
+    } finally {
+      for (const file of files) (file as ProbedFile).probe.release();
+    }
   }
 
   private webhookUrlProblem(url: string): string | undefined {
@@ -135,7 +174,7 @@ export class UploadParser {
    * Identifies the file by its bytes and reads its size from the header alone: nothing is decoded here,
    * so a decompression bomb costs a header read.
    */
-  private async inspectImage(field: string, file: ProbedFile): Promise<UploadedImage> {
+  async inspectImage(field: string, file: ReceivedFile): Promise<UploadedImage> {
     const { probe } = file;
     const format = formatOf(probe.head, probe.tail, file.size);
     if (!format) {
@@ -182,7 +221,7 @@ export class UploadParser {
  * its format by letting each of its loaders open and probe it: some thirty system calls an image. A WebP
  * is only parsed whole, and a JPEG's or PNG's metadata may outgrow the kept bytes: then the file is read.
  */
-async function headerOf(file: ProbedFile, format: ImageFormat): Promise<Metadata> {
+async function headerOf(file: ReceivedFile, format: ImageFormat): Promise<Metadata> {
   const { head } = file.probe;
   if (format !== 'webp' || head.length === file.size) {
     const fromHead = await sharp(head, { limitInputPixels: false })

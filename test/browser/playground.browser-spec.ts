@@ -5,6 +5,7 @@ import pg from 'pg';
 import type { Browser, Locator, Page } from 'playwright-core';
 import { type HistoryItem, createClient } from '../../client/src/index.js';
 import { launchBrowser } from '../support/chromium.mjs';
+import { ImageServer } from '../support/image-server.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
 import { type RunningMock, startMock } from '../support/mock.js';
 import { startScriptedEvents } from '../support/scripted-events.js';
@@ -72,7 +73,13 @@ describe('in a real browser (Debian Chromium)', () => {
     // One creation a minute per user: each test's user makes one job, but the one that is to meet a 429.
     [browser, service, mock] = await Promise.all([
       launchBrowser(),
-      startService({ ...env.serviceEnv, LIMIT_CREATIONS_PER_MINUTE: '1' }),
+      // Image URLs from a loopback server (the last test): plain http and private addresses allowed, as in development.
+      startService({
+        ...env.serviceEnv,
+        LIMIT_CREATIONS_PER_MINUTE: '1',
+        WEBHOOK_ALLOW_HTTP: 'true',
+        WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      }),
       startMock(),
     ]);
     key = await createUserWithKey(env.databaseUrl);
@@ -93,8 +100,10 @@ describe('in a real browser (Debian Chromium)', () => {
     await page.getByRole('button', { name: 'Use key' }).click();
     await page.getByLabel('Half-body try-on').check();
     await page.getByLabel('Generation type').selectOption('upper');
-    await page.getByLabel('clothes').setInputFiles('docs/examples/fashion_swap_half-upper/input-clothes.jpg');
-    await page.getByLabel('person').setInputFiles('test/fixtures/photos/astronaut.jpg');
+    await page
+      .getByLabel('clothes', { exact: true })
+      .setInputFiles('docs/examples/fashion_swap_half-upper/input-clothes.jpg');
+    await page.getByLabel('person', { exact: true }).setInputFiles('test/fixtures/photos/astronaut.jpg');
     await page.getByRole('button', { name: 'Generate' }).click();
 
     await page.getByText('Done.').waitFor({ timeout: 30_000 });
@@ -150,6 +159,42 @@ describe('in a real browser (Debian Chromium)', () => {
     expect(await page.locator('#history li').count()).toBe(10);
     expect(errors).toEqual([]);
     await page.close();
+  }, 60_000);
+
+  it('the playground takes an image URL instead of a file for an input, beside a file of another', async () => {
+    const images = await ImageServer.start();
+    images.route('/person.jpg', {
+      kind: 'bytes',
+      data: await readFile('test/fixtures/photos/astronaut.jpg'),
+      contentType: 'image/jpeg',
+    });
+    const user = await createUserWithKey(env.databaseUrl);
+    const page = await browser.newPage();
+    const errors = watchForErrors(page);
+    await page.goto(`${service.baseUrl}/playground/`);
+    await page.getByLabel('API key').fill(user);
+    await page.getByRole('button', { name: 'Use key' }).click();
+    await page.getByLabel('Half-body try-on').check();
+    await page.getByLabel('Generation type').selectOption('upper');
+    await page
+      .getByLabel('clothes', { exact: true })
+      .setInputFiles('docs/examples/fashion_swap_half-upper/input-clothes.jpg');
+    await page.getByLabel('person image URL (instead of a file)').fill(images.url('/person.jpg'));
+    await page.getByRole('button', { name: 'Generate' }).click();
+
+    await page.getByText('Done.').waitFor();
+    await resultRendered(page);
+
+    // The person came by URL, fetched by the service; the clothes were stored as a file, then named in the job.
+    expect(images.requests.get('/person.jpg')).toBe(1);
+    const database = new pg.Client({ connectionString: env.databaseUrl });
+    await database.connect();
+    const { rows } = await database.query('SELECT count(*)::int AS count FROM files').finally(() => database.end());
+    expect(rows).toEqual([{ count: 1 }]);
+    expect(await accessibilityProblems(page)).toEqual([]);
+    expect(errors).toEqual([]);
+    await page.close();
+    await images.stop();
   }, 60_000);
 
   it('the playground shows a pending job progress: indeterminate, then the fraction the item carries, gone at complete', async () => {
@@ -230,8 +275,8 @@ describe('in a real browser (Debian Chromium)', () => {
     await page.getByRole('button', { name: 'Use key' }).click();
     await page.getByLabel('Virtual try-on').check();
     expect(await page.getByRole('radio').count()).toBe(7);
-    await page.getByLabel('clothes').setInputFiles('docs/examples/fashion_swap/input-clothes.jpg');
-    await page.getByLabel('person').setInputFiles('docs/examples/fashion_swap/input-person.jpg');
+    await page.getByLabel('clothes', { exact: true }).setInputFiles('docs/examples/fashion_swap/input-clothes.jpg');
+    await page.getByLabel('person', { exact: true }).setInputFiles('docs/examples/fashion_swap/input-person.jpg');
     await page.getByRole('button', { name: 'Generate' }).click();
 
     await page.getByText('Done.').waitFor({ timeout: 30_000 });

@@ -86,6 +86,9 @@ const SKIP_NOT_PROVOKABLE = {
   'GET /user/events 200': EVENT_STREAM,
   'GET /user/events 503': UNAVAILABLE,
   'GET /user/webhook-secret 503': UNAVAILABLE,
+  'POST /files 503': UNAVAILABLE,
+  'GET /files/{id} 503': UNAVAILABLE,
+  'DELETE /files/{id} 503': UNAVAILABLE,
   'POST /user/webhook-secret/rotate 503': UNAVAILABLE,
   'GET /health/ready 503':
     'cannot be provoked deterministically: readiness answers 503 only while PostgreSQL or Redis is down or the ' +
@@ -123,6 +126,8 @@ const state = {
   /** The item job creation (202) returned; most later transactions use it. */
   itemId: undefined,
   itemDone: undefined,
+  /** A stored file of user 1 (`POST /files`), for the transactions of `/files/{id}`. */
+  fileId: undefined,
 };
 
 /**
@@ -215,6 +220,21 @@ function useMultipart(transaction, parts) {
 
 function clothesPart(value = state.png) {
   return { name: 'clothes', filename: 'clothes.png', contentType: 'image/png', value };
+}
+
+/** The one part of `POST /files`: a real PNG unless another value is given. */
+function filePart(value = state.png) {
+  return { name: 'file', filename: 'photo.png', contentType: 'image/png', value };
+}
+
+/** A stored file of user 1, uploaded outside Dredd once and kept for the transactions that read one. */
+async function storedFile() {
+  if (state.fileId) return state.fileId;
+  const { contentType, body } = multipart([filePart()]);
+  const response = await api('POST', '/files', { headers: { 'Content-Type': contentType }, body });
+  if (response.status !== 201) throw new Error(`storing a file failed: ${response.status} ${response.text}`);
+  state.fileId = JSON.parse(response.text).file_id;
+  return state.fileId;
 }
 
 /** The form of a valid fashion_card job: a `tool` part and a real PNG in `clothes`. */
@@ -444,6 +464,9 @@ const CANCEL = '/user/generation-history/{id}/cancel > Cancel a pending job';
 const USER_EVENTS = "/user/events > Follow all of the caller's history items as an event stream";
 const SECRET = "/user/webhook-secret > The caller's webhook signing secret";
 const ROTATE = "/user/webhook-secret/rotate > Replace the caller's webhook signing secret";
+const FILES = '/files > Store an image to name in later jobs';
+const FILE_READ = "/files/{id} > Read a stored file's description";
+const FILE_DELETE = '/files/{id} > Delete a stored file';
 const RATE_LIMITED_REQUESTS = {
   [TOOLS]: () => {},
   [TYPES]: (t) => setPath(t, '/generation/generationTypes?tool=default'),
@@ -463,10 +486,13 @@ const RATE_LIMITED_REQUESTS = {
   [USER_EVENTS]: () => {},
   [SECRET]: () => {},
   [ROTATE]: () => {},
+  [FILES]: (t) => useMultipart(t, [filePart()]),
+  [FILE_READ]: async (t) => setPath(t, `/files/${await storedFile()}`),
+  [FILE_DELETE]: async (t) => setPath(t, `/files/${await storedFile()}`),
 };
 for (const [operation, prepare] of Object.entries(RATE_LIMITED_REQUESTS)) {
   on('before', `${operation} > 429 > application/problem+json`, async (t) => {
-    prepare(t);
+    await prepare(t);
     await fromAddressOutOfAuthFailures(t);
   });
   expectProblemCode(`${operation} > 429 > application/problem+json`, 'rate_limited');
@@ -504,8 +530,13 @@ on('beforeValidation', `${CREATE} > 200 > application/json`, (t) => {
     throw new Error(`Preference-Applied is "${t.real.headers['preference-applied']}", expected wait=30`);
   }
 });
-on('before', `${CREATE} > 202 > application/json`, (t) => {
-  useMultipart(t, validJobParts());
+/** Whether Dredd made this transaction from the JSON request body (the operation takes a form and JSON alike). */
+function sendsJson(t) {
+  return /^application\/json/.test(t.request.headers['Content-Type'] || '');
+}
+on('before', `${CREATE} > 202 > application/json`, async (t) => {
+  if (sendsJson(t)) setJsonBody(t, { tool: 'fashion_card', inputs: { clothes: await storedFile() } });
+  else useMultipart(t, validJobParts());
   t.request.headers['Idempotency-Key'] = randomUUID();
 });
 on('after', `${CREATE} > 202 > application/json`, (t) => {
@@ -519,7 +550,9 @@ on('after', `${CREATE} > 202 > application/json`, (t) => {
 // The error transactions send no Idempotency-Key: the example key with other payloads would answer 422 reused.
 on('before', `${CREATE} > 400 > application/problem+json`, (t) => {
   delete t.request.headers['Idempotency-Key'];
-  useMultipart(t, [{ name: 'tool', value: 'fashion_card' }]); // the required image `clothes` is missing
+  // The required image `clothes` is missing.
+  if (sendsJson(t)) setJsonBody(t, { tool: 'fashion_card', inputs: {} });
+  else useMultipart(t, [{ name: 'tool', value: 'fashion_card' }]);
 });
 expectProblemCode(`${CREATE} > 400 > application/problem+json`, 'validation_failed');
 on('before', `${CREATE} > 401 > application/problem+json`, (t) => {
@@ -545,6 +578,12 @@ on('before', `${CREATE} > 422 > application/problem+json`, (t) => {
   useMultipart(t, [{ name: 'tool', value: 'hat_swap' }, clothesPart()]);
 });
 expectProblemCode(`${CREATE} > 422 > application/problem+json`, 'unknown_tool');
+on('before', `${CREATE} > 404 > application/problem+json`, (t) => {
+  delete t.request.headers['Idempotency-Key'];
+  // A JSON job naming a stored file that does not exist (or is another user's: the same answer).
+  setJsonBody(t, { tool: 'fashion_card', inputs: { clothes: 'file_00000000000000000000000000000000' } });
+});
+expectProblemCode(`${CREATE} > 404 > application/problem+json`, 'not_found');
 
 // GET /user/generation-history (all of user 1's items: the job above and the seeded error item)
 on('before', `${LIST} > 200 > application/json`, (t) => setPath(t, '/user/generation-history?page=1&limit=20'));
@@ -619,6 +658,62 @@ expectProblemCode(`${CANCEL} > 409 > application/problem+json`, 'not_pending');
 
 // GET /user/events (the 200 stream is skipped above: see EVENT_STREAM)
 expectProblemCode(`${USER_EVENTS} > 401 > application/problem+json`, 'unauthorized');
+
+// POST /files, GET /files/{id}, DELETE /files/{id} (multipart built here, as for job creation)
+on('before', `${FILES} > 201 > application/json`, (t) => useMultipart(t, [filePart()]));
+on('after', `${FILES} > 201 > application/json`, (t) => {
+  const body = realJson(t);
+  state.fileId = body.file_id;
+  if (t.real.headers.location !== `/files/${body.file_id}`) {
+    throw new Error(`Location is "${t.real.headers.location}", expected /files/${body.file_id}`);
+  }
+});
+on('before', `${FILES} > 400 > application/problem+json`, (t) =>
+  useMultipart(t, [filePart(), { name: 'note', value: 'not a field of a stored file' }]),
+);
+expectProblemCode(`${FILES} > 400 > application/problem+json`, 'unexpected_field');
+on('before', `${FILES} > 401 > application/problem+json`, (t) => useMultipart(t, [filePart()]));
+expectProblemCode(`${FILES} > 401 > application/problem+json`, 'unauthorized');
+on('before', `${FILES} > 413 > application/problem+json`, (t) =>
+  useMultipart(t, [filePart(Buffer.concat([state.png, Buffer.alloc(10 * 1024 * 1024 + 1 - state.png.length)]))]),
+);
+expectProblemCode(`${FILES} > 413 > application/problem+json`, 'payload_too_large');
+on('before', `${FILES} > 415 > application/problem+json`, (t) =>
+  useMultipart(t, [filePart(Buffer.from('Plain text, not a JPEG, PNG or WebP image.\n'.repeat(40), 'utf8'))]),
+);
+expectProblemCode(`${FILES} > 415 > application/problem+json`, 'unsupported_media_type');
+on('before', `${FILES} > 422 > application/problem+json`, async (t) => {
+  const sharp = require('sharp');
+  const tiny = await sharp({ create: { width: 8, height: 8, channels: 3, background: '#808080' } })
+    .png()
+    .toBuffer();
+  useMultipart(t, [filePart(tiny)]);
+});
+expectProblemCode(`${FILES} > 422 > application/problem+json`, 'image_too_small');
+on('before', `${FILE_READ} > 200 > application/json`, async (t) => setPath(t, `/files/${await storedFile()}`));
+on('before', `${FILE_READ} > 401 > application/problem+json`, async (t) => setPath(t, `/files/${await storedFile()}`));
+expectProblemCode(`${FILE_READ} > 401 > application/problem+json`, 'unauthorized');
+on('before', `${FILE_READ} > 404 > application/problem+json`, async (t) => {
+  setPath(t, `/files/${await storedFile()}`);
+  useKey(t, OTHER_API_KEY); // user 1's file asked for by user 2
+});
+expectProblemCode(`${FILE_READ} > 404 > application/problem+json`, 'not_found');
+// 204 deletes a file of its own, so user 1's file lives on for the transactions after it.
+on('before', `${FILE_DELETE} > 204`, async (t) => {
+  const { contentType, body } = multipart([filePart()]);
+  const response = await api('POST', '/files', { headers: { 'Content-Type': contentType }, body });
+  if (response.status !== 201) throw new Error(`storing a file failed: ${response.status} ${response.text}`);
+  setPath(t, `/files/${JSON.parse(response.text).file_id}`);
+});
+on('before', `${FILE_DELETE} > 401 > application/problem+json`, async (t) =>
+  setPath(t, `/files/${await storedFile()}`),
+);
+expectProblemCode(`${FILE_DELETE} > 401 > application/problem+json`, 'unauthorized');
+on('before', `${FILE_DELETE} > 404 > application/problem+json`, async (t) => {
+  setPath(t, `/files/${await storedFile()}`);
+  useKey(t, OTHER_API_KEY);
+});
+expectProblemCode(`${FILE_DELETE} > 404 > application/problem+json`, 'not_found');
 
 // GET /user/webhook-secret and POST /user/webhook-secret/rotate
 on('beforeValidation', `${ROTATE} > 200 > application/json`, async (t) => {

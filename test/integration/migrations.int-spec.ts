@@ -1,6 +1,7 @@
 import { DataSource } from 'typeorm';
 import { AUTH_ENTITIES } from '../../src/auth/auth.module.js';
 import { dataSourceOptions, MIGRATIONS, migrateUnderLock } from '../../src/database/data-source.js';
+import { FILE_ENTITIES } from '../../src/files/files.module.js';
 import { JOB_ENTITIES } from '../../src/jobs/jobs.module.js';
 import { WEBHOOK_ENTITIES } from '../../src/webhooks/webhooks.module.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
@@ -23,7 +24,7 @@ describe('database migrations', () => {
     // Every module's entities: the schema they describe is the one the migrations make.
     const dataSource = new DataSource({
       ...dataSourceOptions(url, 2),
-      entities: [...AUTH_ENTITIES, ...JOB_ENTITIES, ...WEBHOOK_ENTITIES],
+      entities: [...AUTH_ENTITIES, ...JOB_ENTITIES, ...WEBHOOK_ENTITIES, ...FILE_ENTITIES],
     });
     dataSources.push(dataSource);
     return dataSource.initialize();

@@ -12,6 +12,8 @@ export type JobAcceptedBody = components['schemas']['JobAccepted'];
 export type ToolsBody = components['schemas']['Tool'][];
 export type GenerationTypesBody = components['schemas']['GenerationType'][];
 export type WebhookSecretBody = components['schemas']['WebhookSecret'];
+export type JobRequestBody = components['schemas']['JobRequest'];
+export type StoredFileBody = components['schemas']['StoredFile'];
 
 /** An item on success, a problem otherwise (`status` is then the item's, `code` and `errors` the problem's). */
 export type ItemOrProblem = HistoryItemBody & Partial<Omit<ProblemBody, 'status'>>;
@@ -151,6 +153,40 @@ export class Client {
 
   waitForFinal(id: string, timeoutMs?: number): Promise<HistoryItemBody> {
     return waitForFinal(this.baseUrl, this.apiKey, id, timeoutMs);
+  }
+
+  /** POSTs a job as JSON (`inputs` by URL, stored file or text); the answer checked against the contract. */
+  createJson(
+    job: JobRequestBody | Record<string, unknown>,
+    headers: Record<string, string> = {},
+  ): Promise<Answer<JobAcceptedBody & Partial<Omit<ProblemBody, 'status'>>>> {
+    return this.call('POST', CREATE_PATH, CREATE_PATH, {
+      body: JSON.stringify(job),
+      contentType: 'application/json',
+      headers,
+    });
+  }
+
+  /** Stores an image with `POST /files` (multipart, built by fetch), the answer checked against the contract. */
+  async uploadFile(
+    data: Buffer,
+    contentType = 'application/octet-stream',
+  ): Promise<Answer<StoredFileBody & Partial<ProblemBody>>> {
+    const form = new FormData();
+    form.append('file', new Blob([new Uint8Array(data)], { type: contentType }), 'file.bin');
+    const response = await fetch(`${this.baseUrl}/files`, { method: 'POST', body: form, headers: bearer(this.apiKey) });
+    const contentTypeOf = (response.headers.get('content-type') ?? '').split(';')[0].trim();
+    const text = await response.clone().text();
+    const body = (await expectMatchesContract(response, 'POST', '/files')) as StoredFileBody & Partial<ProblemBody>;
+    return { status: response.status, contentType: contentTypeOf, headers: response.headers, text, body };
+  }
+
+  getFile(id: string): Promise<Answer<StoredFileBody & Partial<ProblemBody>>> {
+    return this.call('GET', '/files/{id}', `/files/${id}`);
+  }
+
+  deleteFile(id: string): Promise<Answer<ProblemBody | undefined>> {
+    return this.call('DELETE', '/files/{id}', `/files/${id}`);
   }
 
   list(query = ''): Promise<Answer<HistoryPageBody & Partial<ProblemBody>>> {

@@ -4,6 +4,7 @@ import { type Client, type HistoryItem, ServiceError, createClient } from '../..
 import { verifyWebhook } from '../../../client/src/webhooks.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { Processes, waitUntil } from '../../support/harness.js';
+import { ImageServer } from '../../support/image-server.js';
 import { type RunningMock, startMock } from '../../support/mock.js';
 import { type ScriptedEvents, startScriptedEvents } from '../../support/scripted-events.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
@@ -23,7 +24,8 @@ describe('the typed client against the service', () => {
   beforeAll(async () => {
     [env, apiOnlyEnv] = await Promise.all([createTestEnvironment(), createTestEnvironment()]);
     [service, apiOnly] = await Promise.all([
-      startService(env.serviceEnv),
+      // A loopback image server stands for the web the service fetches URL inputs from.
+      startService({ ...env.serviceEnv, WEBHOOK_ALLOW_HTTP: 'true', WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }),
       startService({ ...apiOnlyEnv.serviceEnv, ROLE: 'api', LIMIT_CREATIONS_PER_MINUTE: '3' }),
     ]);
     key = await createUserWithKey(env.databaseUrl);
@@ -67,6 +69,41 @@ describe('the typed client against the service', () => {
     const stock = await fetch(client.mediaUrl(item.stock_url!));
     expect([stock.status, stock.headers.get('content-type')]).toEqual([200, 'image/jpeg']);
     expect(await client.item(item.history_item_id)).toEqual(item);
+  }, 60_000);
+
+  it('creates a job from a stored file and an image URL, and stores, reads and deletes files', async () => {
+    const images = await ImageServer.start();
+    try {
+      const clothes = await example('fashion_swap_half-upper/input-clothes.jpg');
+      images.route('/clothes.jpg', { kind: 'bytes', data: clothes, contentType: 'image/jpeg' });
+      const person = await client.uploadFile(await example('fashion_swap_half-upper/input-person.jpg'));
+
+      const accepted = await client.createJob({
+        tool: 'fashion_swap_half',
+        generationType: 'upper',
+        images: { clothes: images.url('/clothes.jpg'), person: person.file_id },
+      });
+      const item = await client.waitForJob(accepted.history_item_id);
+
+      expect(item.status).toBe('complete');
+      expect(await client.getFile(person.file_id)).toEqual(person);
+      await client.deleteFile(person.file_id);
+      const gone = await client.getFile(person.file_id).catch((error: unknown) => error);
+      expect(gone).toBeInstanceOf(ServiceError);
+      expect(gone).toMatchObject({ status: 404, code: 'not_found' });
+      await expect(
+        client.createJob({
+          tool: 'default',
+          images: { image: 'https://images.example.com/a.jpg' },
+          prompt: 7 as never,
+        }),
+      ).rejects.toMatchObject({ status: 400, code: 'validation_failed' });
+      await expect(
+        client.createJob({ tool: 'fashion_swap', images: { clothes: person.file_id, person: Buffer.from('x') } }),
+      ).rejects.toThrow(TypeError);
+    } finally {
+      await images.stop();
+    }
   }, 60_000);
 
   it('waits by Prefer: wait when no event stream can be had', async () => {

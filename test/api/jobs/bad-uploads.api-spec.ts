@@ -312,15 +312,27 @@ const BAD_UPLOADS: BadUpload[] = [
       postJob(baseUrl, key, { tool: 'default', image: await png(), prompt: 'a'.repeat(1001) }),
   },
   {
-    name: 'JSON instead of multipart',
+    // A JSON job names its images by URL or stored file (test/api/jobs/inputs.api-spec.ts); it never carries them.
+    name: 'JSON carrying the image itself, in base64',
     status: 400,
-    code: 'malformed_multipart',
-    // Raw HTTP: the typed client only sends multipart.
+    code: 'validation_failed',
+    field: 'image',
     send: async (baseUrl, key) =>
       fetch(`${baseUrl}${CREATE_PATH}`, {
         method: 'POST',
         headers: { ...bearer(key), 'Content-Type': 'application/json' },
-        body: JSON.stringify({ tool: 'default', image: 'aGVsbG8=' }),
+        body: JSON.stringify({ tool: 'default', inputs: { image: (await makeImage(320, 400)).toString('base64') } }),
+      }),
+  },
+  {
+    name: 'a body neither multipart nor JSON',
+    status: 400,
+    code: 'malformed_multipart',
+    send: async (baseUrl, key) =>
+      fetch(`${baseUrl}${CREATE_PATH}`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'Content-Type': 'text/plain' },
+        body: 'tool=default',
       }),
   },
   {

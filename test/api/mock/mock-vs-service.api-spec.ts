@@ -184,18 +184,33 @@ describe('the mock refuses a job form as the service does', () => {
     expect(fromMock).toEqual(fromService);
   });
 
-  it('refuses a job sent as JSON in both: 400 malformed_multipart', async () => {
+  it.each([
+    ['a JSON job without its inputs', 'application/json', JSON.stringify({ tool: 'default' }), 'validation_failed'],
+    [
+      'a JSON job carrying its image in base64',
+      'application/json',
+      JSON.stringify({ tool: 'default', inputs: { image: 'aGVsbG8=' } }),
+      'validation_failed',
+    ],
+    [
+      'a JSON job naming an input its tool lacks',
+      'application/json',
+      JSON.stringify({ tool: 'default', inputs: { person: 'file_1' } }),
+      'unexpected_field',
+    ],
+    ['a job as plain text', 'text/plain', 'tool=default', 'malformed_multipart'],
+  ])('refuses %s in both, alike', async (_name, contentType, body, code) => {
     const send = (baseUrl: string, key: string) =>
       fetch(`${baseUrl}/generation/generate_image_v2/`, {
         method: 'POST',
-        headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
-        body: JSON.stringify({ tool: 'default' }),
+        headers: { Authorization: `Bearer ${key}`, 'Content-Type': contentType },
+        body,
       });
 
     const fromService = await answerOf(await send(block.sut.baseUrl, apiKey));
     const fromMock = await answerOf(await send(mock.baseUrl, 'anything'));
 
-    expect(fromService).toMatchObject({ status: 400, body: { code: 'malformed_multipart' } });
+    expect(fromService).toMatchObject({ status: 400, body: { code } });
     expect(fromMock).toEqual(fromService);
   });
 

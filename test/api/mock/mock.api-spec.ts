@@ -1,6 +1,7 @@
+import { readFile } from 'node:fs/promises';
 import sharp from 'sharp';
 import contractSchema from '../../support/contract-schema.cjs';
-import { CREATE_PATH, type FormValue, postJob } from '../../support/client.js';
+import { Client, CREATE_PATH, type FormValue, postJob } from '../../support/client.js';
 import { type RunningMock, startMock } from '../../support/mock.js';
 const STARTUP_TIMEOUT_MS = 60_000;
 
@@ -402,6 +403,45 @@ describe('the mock server (npm run mock)', () => {
     expect([page.status, script.status]).toEqual([200, 200]);
     expect(await page.text()).toContain('<script type="module" src="app.js"></script>');
     expect(script.headers.get('content-type')).toMatch(/^text\/javascript/);
+  });
+
+  it('stores a real photo as the service does: its own format, size and dimensions, then reads and deletes it', async () => {
+    const client = new Client(baseUrl, 'anything');
+    const photo = await readFile('test/fixtures/photos/chelsea.png');
+
+    const stored = await client.uploadFile(photo, 'image/png');
+    const read = await client.getFile(stored.body.file_id);
+    const removed = await client.deleteFile(stored.body.file_id);
+    const again = await client.getFile(stored.body.file_id);
+
+    expect(stored.status).toBe(201);
+    expect(stored.body).toMatchObject({ content_type: 'image/png', width: 451, height: 300, size: photo.length });
+    expect(stored.headers.get('location')).toBe(`/files/${stored.body.file_id}`);
+    expect(read.body).toEqual(stored.body);
+    expect([removed.status, again.status, again.body.code]).toEqual([204, 404, 'not_found']);
+    expect((await client.uploadFile(Buffer.from('not a picture'.repeat(20)))).status).toBe(415);
+  });
+
+  it('takes a JSON job naming its images by URL and file id, and refuses one as the service does', async () => {
+    const client = new Client(baseUrl, 'anything');
+
+    const accepted = await client.createJson({
+      tool: 'fashion_swap',
+      inputs: { clothes: 'https://images.example.com/shirt.jpg', person: 'file_q7Hk2mVx9LcT4pRw8sNb3e' },
+    });
+    const base64 = await client.createJson({ tool: 'default', inputs: { image: 'aGVsbG8=' } });
+    const otherTool = await client.createJson({
+      tool: 'fashion_card',
+      inputs: { clothes: 'file_1', person: 'file_2' },
+    });
+
+    expect(accepted.status).toBe(202);
+    expect([base64.status, base64.body.code, base64.body.errors?.[0].field]).toEqual([
+      400,
+      'validation_failed',
+      'image',
+    ]);
+    expect([otherTool.status, otherTool.body.code]).toEqual([400, 'unexpected_field']);
   });
 
   it('answers with its own 422 problem when the operation documents no validation error', async () => {

@@ -81,6 +81,25 @@ describe('the service with STORAGE=s3', () => {
     expect(await filesUnder(env.serviceEnv.INPUT_ROOT)).toEqual([]);
   }, 90_000);
 
+  it('keeps a stored file in the bucket, copies it into a job, and deletes it alone', async () => {
+    const client = new Client(api.baseUrl, apiKey);
+    const image = (await inputsFor('default')).image as { data: Buffer };
+
+    const stored = await client.uploadFile(image.data);
+    expect(stored.status).toBe(201);
+    // Beside jobs' inputs, under the private prefix; never under media/.
+    const key = `inputs/${stored.body.file_id}`;
+    expect(await s3.keys(key)).toEqual([key]);
+    const job = await client.createJson({ tool: 'default', inputs: { image: stored.body.file_id } });
+    expect(job.status).toBe(202);
+
+    expect((await client.deleteFile(stored.body.file_id)).status).toBe(204);
+    expect(await s3.keys(key)).toEqual([]);
+    worker ??= await startService({ ...serviceEnv, ROLE: 'worker' });
+    expect((await waitForFinal(api.baseUrl, apiKey, job.body.history_item_id, 45_000)).status).toBe('complete');
+    expect(await filesUnder(env.serviceEnv.INPUT_ROOT)).toEqual([]);
+  }, 90_000);
+
   it('answers 404 for a media path the bucket does not have', async () => {
     const response = await fetch(`${api.baseUrl}/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg`);
 

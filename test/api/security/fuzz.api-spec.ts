@@ -323,15 +323,19 @@ function requests(operation: Operation, fixtures: Fixtures): fc.Arbitrary<FuzzRe
         .map((value): Record<string, string> => (value === undefined ? {} : { [p.name]: value })),
     );
   const media = operation.requestBody ?? {};
-  const body: fc.Arbitrary<FuzzRequest['body']> = media['application/json']
-    ? jsonBody(resolve<Schema>(media['application/json'].schema))
-    : media['multipart/form-data']
-      ? formBody(
-          resolve<Schema>(media['multipart/form-data'].schema),
-          Object.values(media['multipart/form-data'].examples ?? {}).map((example) => example.value),
-          fixtures.images,
-        )
-      : fc.constant(undefined);
+  // An operation that takes JSON and a form alike (job creation) is sent either.
+  const bodies: fc.Arbitrary<FuzzRequest['body']>[] = [];
+  if (media['application/json']) bodies.push(jsonBody(resolve<Schema>(media['application/json'].schema)));
+  if (media['multipart/form-data']) {
+    bodies.push(
+      formBody(
+        resolve<Schema>(media['multipart/form-data'].schema),
+        Object.values(media['multipart/form-data'].examples ?? {}).map((example) => example.value),
+        fixtures.images,
+      ),
+    );
+  }
+  const body: fc.Arbitrary<FuzzRequest['body']> = bodies.length > 0 ? fc.oneof(...bodies) : fc.constant(undefined);
 
   return fc
     .record({
@@ -408,7 +412,9 @@ describe('requests generated from the contract', () => {
       [
         'cancelHistoryItem',
         'createGenerationJob',
+        'deleteFile',
         'deleteHistoryItem',
+        'getFile',
         'getHistoryItem',
         'getLiveness',
         'getMedia',
@@ -423,6 +429,7 @@ describe('requests generated from the contract', () => {
         'setHistoryItemFeedback',
         'streamHistoryItemEvents',
         'streamUserEvents',
+        'uploadFile',
       ].sort(),
     );
   });
