@@ -369,6 +369,7 @@ export class EngineSlotQueue implements OnApplicationShutdown {
     for (const state of this.engines.values()) clearTimeout(state.timer);
     // Nothing it was sent matters once the process stops: no graceful quit to wait for.
     this.subscriber?.disconnect();
+    this.subscriber = undefined;
   }
 
   private hold(engine: string, state: EngineState, jobId: string, server: string, signal: AbortSignal): HeldSlot {
@@ -478,6 +479,7 @@ export class EngineSlotQueue implements OnApplicationShutdown {
         keyPrefix: '',
         maxRetriesPerRequest: null,
         enableOfflineQueue: true,
+        commandTimeout: undefined,
         connectionName: `${this.channelPrefix}${this.process}`,
       });
       this.subscriber = subscriber;
@@ -493,7 +495,12 @@ export class EngineSlotQueue implements OnApplicationShutdown {
         if (connectedBefore) for (const engine of this.engines.keys()) this.sweep(engine);
         connectedBefore = true;
       });
-      return subscriber.subscribe(`${this.channelPrefix}${this.process}`);
+      return subscriber.subscribe(`${this.channelPrefix}${this.process}`).catch((error: unknown) => {
+        // The next acquire tries again.
+        this.listening = undefined;
+        subscriber.disconnect();
+        throw error;
+      });
     });
     return this.listening;
   }

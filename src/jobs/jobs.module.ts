@@ -18,7 +18,25 @@ export const JOB_ENTITIES = [HistoryItem, HistoryCount];
 /** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
 @Module({
   imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule, EnginesModule],
-  providers: [HistoryRepository, EngineRuns, EngineSlotQueue, JobLifecycle, JobEvents, JobProgress, JobWaits, PendingAge],
-  exports: [HistoryRepository, EngineRuns, EngineSlotQueue, JobLifecycle, JobEvents, JobProgress, JobWaits, QueueModule],
+  providers: [
+    HistoryRepository,
+    EngineRuns,
+    EngineSlotQueue,
+    JobLifecycle,
+    JobEvents,
+    JobProgress,
+    JobWaits,
+    PendingAge,
+  ],
+  exports: [
+    HistoryRepository,
+    EngineRuns,
+    EngineSlotQueue,
+    JobLifecycle,
+    JobEvents,
+    JobProgress,
+    JobWaits,
+    QueueModule,
+  ],
 })
 export class JobsModule {}
