@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { inSpan } from '../common/tracing.js';
+import { inSpan, outsideTraces } from '../common/tracing.js';
 import type { EngineSlot } from '../engines/index.js';
 import { EngineSlotQueue, type HeldSlot } from '../jobs/engine-slot-queue.js';
 
@@ -17,9 +17,12 @@ export class EngineSlots {
    * reason if it fires first.
    */
   acquire(engine: string, concurrency: number, jobId: string, signal: AbortSignal): Promise<HeldSlot> {
-    // One span for the wait, however long it is; the engine is one server today.
+    // One span for the wait, however long it is, without the queue's Redis calls under it: the wait is what counts.
+    // The engine is one server today.
     return inSpan('wait for engine slot', { attributes: { 'igs.engine.name': engine } }, () =>
-      this.queue.acquire(engine, [{ name: engine, capacity: concurrency, healthy: true }], jobId, signal),
+      outsideTraces(() =>
+        this.queue.acquire(engine, [{ name: engine, capacity: concurrency, healthy: true }], jobId, signal),
+      ),
     );
   }
 
