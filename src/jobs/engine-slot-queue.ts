@@ -133,7 +133,10 @@ local function settle()
 end
 `;
 
-/** ARGV[5] the process, ARGV[6] the job. Returns [server] once the job holds a slot, [] once it waits in the queue. */
+/**
+ * KEYS[6] the engines' set. ARGV[5] the process, ARGV[6] the job. Returns [server] once the job holds a slot, [] once
+ * it waits in the queue.
+ */
 const ACQUIRE_LUA = `${COMMON_LUA}
 local process, job = ARGV[5], ARGV[6]
 redis.call('ZADD', processes_key, now + lease_ms, process)
@@ -167,8 +170,8 @@ return 1
 
 /**
  * One process's look at one engine, every so often: ARGV[5] the process, ARGV[6] JSON of the jobs it holds slots for
- * (renewed), ARGV[7] JSON of those it waits for. Returns [jobs whose slot was lost, [job, server] granted to its
- * waiters, ms until the first holder's lease lapses (-1: none), 1 if its waiters were passed over].
+ * (renewed), ARGV[7] JSON of those it waits for. Returns [jobs whose slot was lost, [job, server...] granted to its
+ * waiters, ms until the first holder's lease lapses (-1: none)].
  */
 const SWEEP_LUA = `${COMMON_LUA}
 local process = ARGV[5]
