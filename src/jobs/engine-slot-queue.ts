@@ -30,10 +30,16 @@ const PREFIX = 'engine-slots:';
 const PROCESSES_KEY = `${PREFIX}processes`;
 /** The engines that ever had a slot taken, for `forget` without an engine. */
 const ENGINES_KEY = `${PREFIX}engines`;
+/**
+ * How far a worker's clock is trusted: a waiter's place is the moment its worker began waiting, by the worker's clock,
+ * kept within this of Redis's. Redis reads each connection's commands in turn, so under load the arrivals of one moment
+ * on several workers would otherwise be ordered by connection; a worker whose clock is behind gains no more than this.
+ */
+const CLOCK_TRUST_MS = 1000;
 
 /**
  * The Lua shared by the scripts that hand slots out. KEYS: holders (hash job -> "<lease expiry ms>|<server>"),
- * queue (list of "<process>|<job>", oldest first), used (hash server -> when it last took a job), processes (sorted set
+ * queue (sorted set of "<process>|<job>" by the time it began waiting), used (hash server -> when it last took a job), processes (sorted set
  * process -> lease expiry), dropped (hash process -> 1: its waiters were passed over while its lease had lapsed).
  * ARGV: the processes' channel prefix, the engine, the lease in ms, the servers as JSON [[name, capacity, healthy]].
  * Time is Redis's own, so that the workers' clocks need not agree.
@@ -44,6 +50,7 @@ local channel_prefix, engine, lease_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local servers = cjson.decode(ARGV[4])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_exact = tonumber(time[1]) * 1000 + tonumber(time[2]) / 1000
 -- In microseconds, one more for each grant here: no script takes less than a microsecond a grant.
 local last_use = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local holders, busy, next_expiry = {}, {}, nil
@@ -112,8 +119,9 @@ local function settle()
   while true do
     local server = choose()
     if server == nil then return nil end
-    local entry = redis.call('LPOP', queue_key)
-    if not entry then return server end
+    local popped = redis.call('ZPOPMIN', queue_key)
+    if #popped == 0 then return server end
+    local entry = popped[1]
     local bar = string.find(entry, '|', 1, true)
     local process, job = string.sub(entry, 1, bar - 1), string.sub(entry, bar + 1)
     if alive[process] == nil then
@@ -134,11 +142,12 @@ end
 `;
 
 /**
- * KEYS[6] the engines' set. ARGV[5] the process, ARGV[6] the job. Returns [server] once the job holds a slot, [] once
- * it waits in the queue.
+ * KEYS[6] the engines' set. ARGV[5] the process, ARGV[6] the job, ARGV[7] when it began waiting (ms, the worker's
+ * clock). Returns [server] once the job holds a slot, [] once it waits in the queue.
  */
 const ACQUIRE_LUA = `${COMMON_LUA}
 local process, job = ARGV[5], ARGV[6]
+local arrived = math.min(math.max(tonumber(ARGV[7]), now_exact - ${CLOCK_TRUST_MS}), now_exact)
 redis.call('ZADD', processes_key, now + lease_ms, process)
 redis.call('SADD', KEYS[6], engine)
 load()
@@ -151,7 +160,7 @@ if holders[job] then
   redis.call('HSET', holders_key, job, lease_until(holders[job]))
   return { holders[job] }
 end
-redis.call('RPUSH', queue_key, process .. '|' .. job)
+redis.call('ZADD', queue_key, arrived, process .. '|' .. job)
 return {}
 `;
 
@@ -161,7 +170,7 @@ return {}
  */
 const RELEASE_LUA = `${COMMON_LUA}
 local job, entry = ARGV[5], ARGV[6]
-if entry ~= '' and redis.call('LREM', queue_key, 1, entry) > 0 then return 0 end
+if entry ~= '' and redis.call('ZREM', queue_key, entry) > 0 then return 0 end
 redis.call('HDEL', holders_key, job)
 load()
 settle()
@@ -199,10 +208,9 @@ for _, job in ipairs(waiting) do
 end
 -- This process's lease lapsed (a pause longer than the lease) and others passed its waiters over: they queue again.
 if redis.call('HDEL', dropped_key, process) == 1 then
-  local queued = {}
-  for _, entry in ipairs(redis.call('LRANGE', queue_key, 0, -1)) do queued[entry] = true end
   for _, job in ipairs(waiting) do
-    if not holders[job] and not queued[process .. '|' .. job] then redis.call('RPUSH', queue_key, process .. '|' .. job) end
+    local entry = process .. '|' .. job
+    if not holders[job] and not redis.call('ZSCORE', queue_key, entry) then redis.call('ZADD', queue_key, now, entry) end
   end
 end
 local wait = -1
@@ -219,12 +227,12 @@ local jobs = cjson.decode(ARGV[3])
 local forgotten = redis.call('HDEL', KEYS[1], unpack(jobs))
 local wanted = {}
 for _, job in ipairs(jobs) do wanted[job] = true end
-for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+for _, entry in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   if wanted[string.sub(entry, string.find(entry, '|', 1, true) + 1)] then
-    forgotten = forgotten + redis.call('LREM', KEYS[2], 0, entry)
+    forgotten = forgotten + redis.call('ZREM', KEYS[2], entry)
   end
 end
-local head = redis.call('LINDEX', KEYS[2], 0)
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if forgotten > 0 and head then
   redis.call('PUBLISH', ARGV[1] .. string.sub(head, 1, string.find(head, '|', 1, true) - 1), cjson.encode({ ARGV[2] }))
 end
@@ -258,8 +266,9 @@ interface EngineState {
 
 /**
  * The slots of the remote engines, counted across every worker process: acquire, release and forget, and no other
- * file touches their keys. First come, first served: a job that finds no free slot joins its engine's queue in Redis,
- * and whoever frees a slot hands it, in the same script, to the oldest waiter on the healthy server with the most free
+ * file touches their keys. First come, first served: a job that finds no free slot joins its engine's queue in Redis
+ * (in the order the jobs began waiting, CLOCK_TRUST_MS), and whoever frees a slot hands it, in the same script, to
+ * the oldest waiter on the healthy server with the most free
  * slots (ties: the one that took a job least recently), and tells that waiter's process on its own channel. Waiting
  * costs Redis nothing per waiter: each process with a waiter or a holder looks once per engine every third of
  * JOB_LOCK_MS (renewing its holders' leases and its own, catching a notification lost while its subscriber was away),
@@ -300,6 +309,7 @@ export class EngineSlotQueue implements OnApplicationShutdown {
    * run of which holds a slot (its queue lock lapsed) shares that slot.
    */
   async acquire(engine: string, servers: readonly SlotServer[], jobId: string, signal: AbortSignal): Promise<HeldSlot> {
+    const arrived = performance.timeOrigin + performance.now();
     signal.throwIfAborted();
     const state = this.stateOf(engine);
     state.servers = JSON.stringify(servers.map((server) => [server.name, server.capacity, server.healthy]));
@@ -325,6 +335,7 @@ export class EngineSlotQueue implements OnApplicationShutdown {
         ...this.argsOf(engine, state),
         this.process,
         jobId,
+        arrived.toFixed(3),
       );
       if (answer.length > 0) return this.hold(engine, state, jobId, answer[0], signal);
       queued = true;

@@ -51,7 +51,7 @@ describe('EngineSlotQueue', () => {
   }
 
   /** Jobs waiting in the engine's queue, across all workers. */
-  const queued = (engine: string) => redis.llen(`engine-slots:${engine}:queue`);
+  const queued = (engine: string) => redis.zcard(`engine-slots:${engine}:queue`);
 
   /** Starts an acquire and resolves once it waits in the queue (its place is then fixed), with its acquire. */
   async function enqueue(
@@ -113,6 +113,30 @@ describe('EngineSlotQueue', () => {
     await Promise.all(waits);
 
     expect(served).toEqual(arrivals);
+  }, 30_000);
+
+  it('serves first the job that began waiting first, when Redis reads its worker later', async () => {
+    const [a, b, c] = await Promise.all([worker(), worker(), worker()]);
+    const bConnection = workers.find((entry) => entry.sut === b)!.redis;
+    const { engine, servers } = engineOf(1);
+    const held = await a.acquire(engine, servers, 'job-held', new AbortController().signal);
+    const served: string[] = [];
+    const serve = async (slot: Promise<HeldSlot>, jobId: string) => {
+      const taken = await slot;
+      served.push(jobId);
+      await taken.release();
+    };
+
+    // Worker b's connection is busy with a blocking read, so Redis gets its job's script after worker c's.
+    const busy = bConnection.blpop('nothing-comes', 0.3);
+    const early = serve(b.acquire(engine, servers, 'job-early', new AbortController().signal), 'job-early');
+    const late = serve(c.acquire(engine, servers, 'job-late', new AbortController().signal), 'job-late');
+    await busy;
+    await until('both to queue', async () => (await queued(engine)) === 2);
+    await held.release();
+    await Promise.all([early, late]);
+
+    expect(served).toEqual(['job-early', 'job-late']);
   }, 30_000);
 
   it('never lets more jobs hold slots than the servers take, whatever the race', async () => {

@@ -142,7 +142,7 @@ describe.each([['local storage'], ['S3 (s3rver)']])('igs users delete, with %s',
     // Its engine slot, held far into the future, and its place in the slots' queue (another worker's, whose lease
     // had lapsed), as EngineSlotQueue keeps them.
     await redis.hset('engine-slots:gpu:holders', pending, `${Date.now() + 3_600_000}|gpu`);
-    await redis.rpush('engine-slots:gpu:queue', `${randomUUID()}|${pending}`);
+    await redis.zadd('engine-slots:gpu:queue', Date.now(), `${randomUUID()}|${pending}`);
     await redis.sadd('engine-slots:engines', 'gpu');
     redis.disconnect();
 
