@@ -275,9 +275,9 @@ interface EngineState {
  * and again when the first holder's lease would lapse, so that a dead worker's slot goes to the next waiter within
  * JOB_LOCK_MS. A waiter whose process stopped renewing is passed over.
  *
- * Hand-written: redis-semaphore (which this replaced) and the other Redis semaphores on npm poll, every waiter trying
- * again every few milliseconds in no order; the fair, blocking ones (Ruby's redis-semaphore, Python's redis-fifo-lock)
- * are mutexes or block a connection per waiter (BLPOP).
+ * Hand-written: redis-semaphore and the other Redis semaphores on npm poll, every waiter trying again every few
+ * milliseconds in no order; the fair, blocking ones (Ruby's redis-semaphore, Python's redis-fifo-lock) are mutexes or
+ * block a connection per waiter (BLPOP).
  */
 @Injectable()
 export class EngineSlotQueue implements OnApplicationShutdown {
