@@ -179,8 +179,9 @@ return 1
 
 /**
  * One process's look at one engine, every so often: ARGV[5] the process, ARGV[6] JSON of the jobs it holds slots for
- * (renewed), ARGV[7] JSON of those it waits for. Returns [jobs whose slot was lost, [job, server...] granted to its
- * waiters, ms until the first holder's lease lapses (-1: none)].
+ * (renewed). Returns [jobs whose slot was lost, [job, server...] of every holder (the process's waiters among them
+ * missed their notification), ms until the first holder's lease lapses (-1: none), 1 if the process's waiters were
+ * passed over while its lease had lapsed (else 0)]. Its waiters are not named: a look costs the same however many wait.
  */
 const SWEEP_LUA = `${COMMON_LUA}
 local process = ARGV[5]
@@ -198,24 +199,14 @@ for _, job in ipairs(cjson.decode(ARGV[6])) do
 end
 if #renewed > 0 then redis.call('HSET', holders_key, unpack(renewed)) end
 settle()
-local waiting = cjson.decode(ARGV[7])
-local granted = {}
-for _, job in ipairs(waiting) do
-  if holders[job] then
-    granted[#granted + 1] = job
-    granted[#granted + 1] = holders[job]
-  end
-end
--- This process's lease lapsed (a pause longer than the lease) and others passed its waiters over: they queue again.
-if redis.call('HDEL', dropped_key, process) == 1 then
-  for _, job in ipairs(waiting) do
-    local entry = process .. '|' .. job
-    if not holders[job] and not redis.call('ZSCORE', queue_key, entry) then redis.call('ZADD', queue_key, now, entry) end
-  end
+local held = {}
+for job, server in pairs(holders) do
+  held[#held + 1] = job
+  held[#held + 1] = server
 end
 local wait = -1
 if next_expiry then wait = next_expiry - now end
-return { lost, granted, wait }
+return { lost, held, wait, redis.call('HDEL', dropped_key, process) }
 `;
 
 /**
@@ -243,12 +234,14 @@ type Keys = [string, string, string, string, string];
 interface SlotCommands {
   acquireEngineSlot(...args: [...Keys, string, ...string[]]): Promise<string[]>;
   releaseEngineSlot(...args: [...Keys, ...string[]]): Promise<number>;
-  sweepEngineSlots(...args: [...Keys, ...string[]]): Promise<[string[], string[], number]>;
+  sweepEngineSlots(...args: [...Keys, ...string[]]): Promise<[string[], string[], number, number]>;
   forgetEngineSlots(holders: string, queue: string, channel: string, engine: string, jobs: string): Promise<number>;
 }
 
 /** A job waiting in this process, and what it is told once it holds a slot. */
 interface Waiter {
+  /** When it began waiting, in ms by this process's clock. */
+  arrived: number;
   granted(server: string): void;
 }
 
@@ -322,7 +315,7 @@ export class EngineSlotQueue implements OnApplicationShutdown {
     let granted!: (server: string) => void;
     const turn = new Promise<string>((resolve) => (granted = resolve));
     // Known before the script runs: another process may hand this waiter a slot before the script's answer is read.
-    const waiter: Waiter = { granted };
+    const waiter: Waiter = { arrived, granted };
     const waiters = state.waiters.get(jobId) ?? new Set();
     state.waiters.set(jobId, waiters);
     waiters.add(waiter);
@@ -455,12 +448,11 @@ export class EngineSlotQueue implements OnApplicationShutdown {
   private async sweepOnce(engine: string, state: EngineState): Promise<void> {
     let firstLapseMs = -1;
     try {
-      const [lost, granted, lapse] = await this.commands.sweepEngineSlots(
+      const [lost, held, lapse, passedOver] = await this.commands.sweepEngineSlots(
         ...this.keysOf(engine),
         ...this.argsOf(engine, state),
         this.process,
         JSON.stringify([...state.holders.keys()]),
-        JSON.stringify([...state.waiters.keys()]),
       );
       firstLapseMs = lapse;
       for (const jobId of lost) {
@@ -471,11 +463,29 @@ export class EngineSlotQueue implements OnApplicationShutdown {
         if (signal.aborted) this.logger.debug({ id: jobId, engine }, 'the slot of a stopped job was freed elsewhere');
         else this.logger.warn({ id: jobId, engine }, 'an engine slot lapsed while its job ran');
       }
-      for (let index = 0; index < granted.length; index += 2) this.grant(engine, granted[index], granted[index + 1]);
+      for (let index = 0; index < held.length; index += 2) this.grant(engine, held[index], held[index + 1]);
+      // This process's lease lapsed (a pause longer than it, or Redis out of reach) and others passed its waiters
+      // over: they queue again, each at its arrival or at most CLOCK_TRUST_MS ago.
+      if (passedOver === 1) for (const jobId of state.waiters.keys()) await this.requeue(engine, state, jobId);
     } catch (error) {
       this.logger.warn({ err: error, engine }, 'could not look at the engine slots');
     }
     this.schedule(engine, state, firstLapseMs);
+  }
+
+  private async requeue(engine: string, state: EngineState, jobId: string): Promise<void> {
+    const waiters = state.waiters.get(jobId);
+    if (!waiters || waiters.size === 0) return;
+    const arrived = Math.min(...[...waiters].map((waiter) => waiter.arrived));
+    const [server] = await this.commands.acquireEngineSlot(
+      ...this.keysOf(engine),
+      ENGINES_KEY,
+      ...this.argsOf(engine, state),
+      this.process,
+      jobId,
+      arrived.toFixed(3),
+    );
+    this.grant(engine, jobId, server);
   }
 
   private grant(engine: string, jobId: string, server: string | undefined): void {

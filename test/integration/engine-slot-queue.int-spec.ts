@@ -217,6 +217,20 @@ describe('EngineSlotQueue', () => {
     expect((await waiting).server).toBe('gpu-1');
   }, 30_000);
 
+  it("queues again a waiter passed over while its worker's lease had lapsed, and serves it", async () => {
+    const [a, b] = await Promise.all([worker(), worker()]);
+    const { engine, servers } = engineOf(1);
+    const held = await a.acquire(engine, servers, 'job-held', new AbortController().signal);
+    const { held: waiting } = await enqueue(b, engine, servers, 'job-waiting');
+
+    // Every worker's lease gone, as if none had renewed it: the freed slot passes b's waiter over.
+    await redis.del('engine-slots:processes');
+    await held.release();
+    expect(await queued(engine)).toBe(0);
+
+    expect((await waiting).server).toBe('gpu-1');
+  }, 30_000);
+
   it('gives each job the healthy server with the most free slots, ties to the least recently used', async () => {
     const sut = await worker();
     const engine = `pool-${randomUUID()}`;
