@@ -29,6 +29,7 @@ const BENCHES = {
   remote: () => import('./benches/remote.mjs'),
   frontend: () => import('./benches/frontend.mjs'),
   tracing: () => import('./benches/tracing.mjs'),
+  slots: () => import('./benches/slots.mjs'),
   load: () => import('./load.mjs'),
 };
 

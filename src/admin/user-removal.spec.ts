@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { ServiceUnavailableError } from '../common/unavailable.js';
 import type { AppConfig } from '../config/config.js';
 import type { HistoryRepository } from '../jobs/history.repository.js';
+import type { EngineSlotQueue } from '../jobs/engine-slot-queue.js';
 import type { JobLifecycle } from '../jobs/job-lifecycle.js';
 import type { JobQueue } from '../queue/job-queue.js';
 import type { UserRepository, UserRow } from '../users/user.repository.js';
@@ -22,7 +23,8 @@ function removalWith(scan: () => Promise<[string, string[]]>) {
   const redis = { scan, del: (...keys: string[]) => Promise.resolve(keys.length) } as unknown as Redis;
   const config = { authCacheTtlMs: 0, redisPrefix: 'igs' } as AppConfig;
   const files = { removeSome: () => Promise.resolve(0) } as unknown as StoredFiles;
-  const sut = new UserRemoval(users, items, {} as JobLifecycle, {} as JobQueue, redis, config, files);
+  const slots = { forget: () => Promise.resolve(0) } as unknown as EngineSlotQueue;
+  const sut = new UserRemoval(users, items, {} as JobLifecycle, {} as JobQueue, slots, redis, config, files);
   return { sut, rows };
 }
 

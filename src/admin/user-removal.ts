@@ -10,7 +10,8 @@ import { StoredFiles } from '../files/stored-files.js';
 import { JobQueue } from '../queue/job-queue.js';
 import { REDIS } from '../redis/redis.module.js';
 import { type UserHoldings, UserRepository, type UserRow } from '../users/user.repository.js';
-import { ENGINE_SLOTS, engineRunKey } from '../jobs/engine-runs.js';
+import { engineRunKey } from '../jobs/engine-runs.js';
+import { EngineSlotQueue } from '../jobs/engine-slot-queue.js';
 
 /** Items taken per round of a removal. */
 const BATCH = 100;
@@ -49,6 +50,7 @@ export class UserRemoval {
     private readonly items: HistoryRepository,
     private readonly lifecycle: JobLifecycle,
     private readonly jobs: JobQueue,
+    private readonly slots: EngineSlotQueue,
     @Inject(REDIS) private readonly redis: Redis,
     private readonly config: AppConfig,
     private readonly files: StoredFiles,
@@ -121,11 +123,7 @@ export class UserRemoval {
 
   /** Deletes what the runs of these jobs left in Redis beyond what a delete takes: remote run ids, engine slots. */
   private async forgetRuns(ids: string[]): Promise<number> {
-    let forgotten = await this.redis.del(...ids.map(engineRunKey));
-    for (const semaphore of await this.keysMatching(`semaphore:${ENGINE_SLOTS}*`)) {
-      forgotten += await this.redis.zrem(semaphore, ...ids);
-    }
-    return forgotten;
+    return (await this.redis.del(...ids.map(engineRunKey))) + (await this.slots.forget(ids));
   }
 
   private async deleteMatching(pattern: string): Promise<number> {

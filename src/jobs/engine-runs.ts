@@ -1,15 +1,9 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
-import { Semaphore } from 'redis-semaphore';
 import { AppConfig } from '../config/config.js';
 import { EngineRegistry, type RunRecord } from '../engines/index.js';
 import { REDIS } from '../redis/redis.module.js';
-
-/**
- * What each engine's slots semaphore (the worker's EngineSlots) is named after; redis-semaphore keeps it as a sorted
- * set at `semaphore:<name>`, the holders named by their job ids.
- */
-export const ENGINE_SLOTS = 'engine-slots:';
+import { EngineSlotQueue } from './engine-slot-queue.js';
 
 /** A job's run as kept: the server (the routing file's name) whose engine started it, and what that engine recorded. */
 interface StoredRun {
@@ -32,6 +26,7 @@ export class EngineRuns {
     @Inject(REDIS) private readonly redis: Redis,
     private readonly config: AppConfig,
     private readonly engines: EngineRegistry,
+    private readonly slots: EngineSlotQueue,
   ) {}
 
   /** The job's run record as the engine of server `engine` sees it: a run another server's engine started is none. */
@@ -78,10 +73,7 @@ export class EngineRuns {
       await server.served.abandon(stored.run);
       await this.redis.del(key);
       // A run left at a rollout keeps its job's slot for the next attempt, which will not come: the server is free now.
-      if (server.concurrency !== undefined) {
-        const options = { identifier: job.id, acquiredExternally: true } as const;
-        await new Semaphore(this.redis, `${ENGINE_SLOTS}${engine}`, server.concurrency, options).release();
-      }
+      if (server.concurrency !== undefined) await this.slots.forget([job.id], engine);
       this.logger.log(
         { id: job.id, engine },
         unlessOn === undefined

@@ -3,6 +3,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { EnginesModule } from '../engines/index.js';
 import { QueueModule } from '../queue/queue.module.js';
 import { EngineRuns } from './engine-runs.js';
+import { EngineSlotQueue } from './engine-slot-queue.js';
 import { HistoryCount } from './history-count.entity.js';
 import { HistoryItem } from './history-item.entity.js';
 import { HistoryRepository } from './history.repository.js';
@@ -18,7 +19,26 @@ export const JOB_ENTITIES = [HistoryItem, HistoryCount];
 /** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
 @Module({
   imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule, EnginesModule],
-  providers: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, OutputLease, PendingAge],
-  exports: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, QueueModule],
+  providers: [
+    HistoryRepository,
+    EngineRuns,
+    EngineSlotQueue,
+    JobLifecycle,
+    JobEvents,
+    JobProgress,
+    JobWaits,
+    OutputLease,
+    PendingAge,
+  ],
+  exports: [
+    HistoryRepository,
+    EngineRuns,
+    EngineSlotQueue,
+    JobLifecycle,
+    JobEvents,
+    JobProgress,
+    JobWaits,
+    QueueModule,
+  ],
 })
 export class JobsModule {}

@@ -1,80 +1,29 @@
-import { EventEmitter } from 'node:events';
-import { Inject, Injectable, Logger } from '@nestjs/common';
-import type { Redis } from 'ioredis';
-import { Semaphore } from 'redis-semaphore';
+import { Injectable } from '@nestjs/common';
 import { inSpan, outsideTraces } from '../common/tracing.js';
-import { AppConfig } from '../config/config.js';
 import type { EngineSlot } from '../engines/index.js';
-import { ENGINE_SLOTS } from '../jobs/engine-runs.js';
-import { REDIS } from '../redis/redis.module.js';
-
-/** A slot one job holds. */
-interface HeldSlot {
-  release(): Promise<void>;
-  /** Stops renewing the lease without freeing the slot. */
-  leave(): void;
-}
-
-/** How often a job waiting for a slot tries again, unless a slot is freed in its own process first. */
-const RETRY_INTERVAL_MS = 20;
+import { EngineSlotQueue, type HeldSlot } from '../jobs/engine-slot-queue.js';
 
 /**
- * Slots of each remote engine, counted across every worker process (a GPU serves one or two jobs at a time): a Redis
- * semaphore per engine (redis-semaphore). A slot is a lease renewed while its job runs, so a crashed worker's slot is
- * free once JOB_LOCK_MS has passed, as its queue lock is. The slot is named after the job: a second run of the same job
- * (its queue lock lapsed) shares the first run's slot rather than taking another.
+ * Each job's turn on its remote engine: a slot of the engine's model server (EngineSlotQueue, counted across every
+ * worker process, first come first served, a lease renewed while the job runs), and the engine's timeout.
  */
 @Injectable()
 export class EngineSlots {
-  private readonly logger = new Logger(EngineSlots.name);
-  /** Slots freed in this process: a waiter here tries at once instead of at its next interval. */
-  private readonly freed = new EventEmitter().setMaxListeners(0);
-
-  constructor(
-    @Inject(REDIS) private readonly redis: Redis,
-    private readonly config: AppConfig,
-  ) {}
+  constructor(private readonly queue: EngineSlotQueue) {}
 
   /**
    * Resolves once the job holds a slot of `engine` (at most `concurrency` held at once), with the functions that free
    * it and that leave it held for the job's next attempt (its lease no longer renewed here); rejects with the signal's
    * reason if it fires first.
    */
-  async acquire(engine: string, concurrency: number, jobId: string, signal: AbortSignal): Promise<HeldSlot> {
-    const key = `${ENGINE_SLOTS}${engine}`;
-    const options = {
-      identifier: jobId,
-      lockTimeout: this.config.jobLockMs,
-      refreshInterval: Math.max(100, Math.floor(this.config.jobLockMs / 3)),
-      onLockLost: (error: Error) => {
-        // A job deleted as it runs has its slot freed by the process that deleted it, while this one stops it.
-        if (signal.aborted) this.logger.debug({ id: jobId, engine }, 'the slot of a stopped job was freed elsewhere');
-        else this.logger.warn({ err: error, id: jobId, engine }, 'an engine slot lapsed while its job ran');
-      },
-    };
-    const shared = new Semaphore(this.redis, key, concurrency, { ...options, acquiredExternally: true });
-    const own = new Semaphore(this.redis, key, concurrency, options);
-    // One span for the wait, not one per try (every RETRY_INTERVAL_MS while the server is busy: thousands for a job
-    // queued a minute), nor per renewal of the lease, which a try that succeeds starts.
-    const slot = await inSpan('wait for engine slot', { attributes: { 'igs.engine.name': engine } }, async () => {
-      for (;;) {
-        signal.throwIfAborted();
-        // Another run of this job holding a slot (its queue lock lapsed) shares it rather than taking a second one.
-        if (await outsideTraces(() => shared.tryAcquire())) return shared;
-        if (await outsideTraces(() => own.tryAcquire())) return own;
-        await this.freedOrRetry(engine, signal);
-      }
-    });
-    return {
-      release: async () => {
-        const released = slot.release();
-        // A waiter here asks at once: its command follows the release on the same Redis connection, so Redis has freed
-        // the slot by the time it asks, and the handover costs one round trip instead of two.
-        this.freed.emit(engine);
-        await released.catch((error: unknown) => this.logger.warn({ err: error, id: jobId }, 'a slot was not freed'));
-      },
-      leave: () => slot.stopRefresh(),
-    };
+  acquire(engine: string, concurrency: number, jobId: string, signal: AbortSignal): Promise<HeldSlot> {
+    // One span for the wait, however long it is, without the queue's Redis calls under it: the wait is what counts.
+    // The engine is one server today.
+    return inSpan('wait for engine slot', { attributes: { 'igs.engine.name': engine } }, () =>
+      outsideTraces(() =>
+        this.queue.acquire(engine, [{ name: engine, capacity: concurrency, healthy: true }], jobId, signal),
+      ),
+    );
   }
 
   /**
@@ -164,19 +113,5 @@ export class EngineSlots {
         void letGo((held) => held.leave());
       },
     };
-  }
-
-  private freedOrRetry(engine: string, signal: AbortSignal): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.freed.off(engine, done);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      const timer = setTimeout(done, RETRY_INTERVAL_MS);
-      this.freed.once(engine, done);
-      signal.addEventListener('abort', done, { once: true });
-    });
   }
 }

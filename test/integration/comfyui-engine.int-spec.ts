@@ -14,6 +14,7 @@ import {
 } from '../../src/engines/index.js';
 import { ComfyServer } from '../../src/engines/index.js';
 import type { AppConfig } from '../../src/config/config.js';
+import { EngineSlotQueue } from '../../src/jobs/engine-slot-queue.js';
 import { FAIL_FAST_OPTIONS, ServiceRedis } from '../../src/redis/redis.js';
 import { EngineSlots } from '../../src/worker/engine-slots.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
@@ -449,7 +450,8 @@ describe("ComfyUI engine in its engine's slots (EngineSlots on real Redis)", () 
   }, 30_000);
 
   it('queues a prompt the server lost after it said it had ended only once its turn comes again', async () => {
-    const slots = new EngineSlots(redis, { jobLockMs: 30_000 } as AppConfig);
+    const queue = new EngineSlotQueue(redis, { jobLockMs: 30_000, redisPrefix: env.redisPrefix } as AppConfig);
+    const slots = new EngineSlots(queue);
     const sut = server.engineFor(route());
     // Whichever job runs first: the server tells it the prompt ended, then restarts without its history.
     fake.switches.restartAfterEnd = true;
@@ -465,7 +467,7 @@ describe("ComfyUI engine in its engine's slots (EngineSlots on real Redis)", () 
     const results = await Promise.all([
       run(await request({ signal: new AbortController().signal })),
       run(await request({ signal: new AbortController().signal })),
-    ]);
+    ]).finally(() => queue.onApplicationShutdown());
 
     expect(results.map((result) => result.kind)).toEqual(['encoded', 'encoded']);
     expect(fake.prompts.map(({ state }) => state)).toEqual(['lost', 'success', 'success']);

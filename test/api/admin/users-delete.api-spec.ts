@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { Redis } from 'ioredis';
@@ -138,7 +139,11 @@ describe.each([['local storage'], ['S3 (s3rver)']])('igs users delete, with %s',
     const redis = new Redis(env.redisUrl, { keyPrefix: `${env.redisPrefix}:` });
     await redis.set(`progress:${pending}`, '0.4');
     await redis.set(`engine-run:${pending}`, 'prediction-1');
-    await redis.zadd('semaphore:engine-slots:gpu', Date.now(), pending);
+    // Its engine slot, held far into the future, and its place in the slots' queue (another worker's, whose lease
+    // had lapsed), as EngineSlotQueue keeps them.
+    await redis.hset('engine-slots:gpu:holders', pending, `${Date.now() + 3_600_000}|gpu`);
+    await redis.zadd('engine-slots:gpu:queue', Date.now(), `${randomUUID()}|${pending}`);
+    await redis.sadd('engine-slots:engines', 'gpu');
     redis.disconnect();
 
     const [{ id }] = await query<{ id: string }>(env, 'SELECT id FROM users WHERE name = $1', ['doomed']);
