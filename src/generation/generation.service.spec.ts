@@ -8,6 +8,7 @@ import { ServiceUnavailableError } from '../common/unavailable.js';
 import type { AppConfig } from '../config/config.js';
 import type { JobLifecycle } from '../jobs/job-lifecycle.js';
 import type { JobWaits } from '../jobs/job-waits.js';
+import { MediaUrls } from '../media/media-urls.js';
 import { LocalObjectStore } from '../media/object-store.js';
 import type { UserRepository } from '../users/user.repository.js';
 import { GenerationService } from './generation.service.js';
@@ -55,6 +56,7 @@ describe('GenerationService', () => {
       {} as IdempotencyKeys,
       rateLimit,
       new UserLimits(users, { limitMaxPending: 10, limitCreationsPerMinute: 60 } as AppConfig),
+      new MediaUrls('k'.repeat(32), undefined, 3_600_000, 'http://localhost:3000'),
     );
     const request = { headersDistinct: {} } as Request;
 

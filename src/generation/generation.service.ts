@@ -7,6 +7,7 @@ import { inputKeysOf, type StoredInput } from '../jobs/history-item.entity.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobWaits } from '../jobs/job-waits.js';
 import { INPUT_STORE, inputKey } from '../media/media.js';
+import { MediaUrls } from '../media/media-urls.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
 import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
@@ -25,6 +26,7 @@ export class GenerationService {
     private readonly idempotency: IdempotencyKeys,
     private readonly rateLimit: CreationRateLimit,
     private readonly limits: UserLimits,
+    private readonly mediaUrls: MediaUrls,
   ) {}
 
   /** Validates the upload, records the job and queues it; answers what the client is to receive. */
@@ -37,7 +39,8 @@ export class GenerationService {
       if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
       const fingerprint = fingerprintOf(upload);
       const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
-      if (claim.kind === 'replay') return claim.response;
+      // The first answer's media URLs may have expired since: a replay names the same paths, signed afresh.
+      if (claim.kind === 'replay') return this.signedAfresh(claim.response);
       try {
         accepted = await this.accept(userId, upload);
         await this.idempotency.complete(claim.key, fingerprint, accepted);
@@ -61,7 +64,13 @@ export class GenerationService {
     const { history_item_id: id } = answer.body as JobAcceptedDto;
     const item = await this.waits.untilFinal(userId, id, seconds * 1000);
     if (!item || item.status === 'pending') return { ...answer, headers };
-    return { status: 200, headers, body: JobFinishedDto.of(id, item.status) };
+    return { status: 200, headers, body: JobFinishedDto.of(id, item.status, this.mediaUrls.forItem(id, Date.now())) };
+  }
+
+  private signedAfresh(answer: StoredResponse): StoredResponse {
+    const body = answer.body as JobAcceptedDto;
+    const urls = this.mediaUrls.forItem(body.history_item_id, Date.now());
+    return { ...answer, body: { ...body, preview_image: urls.preview, stock_image: urls.stock } };
   }
 
   /** Takes a creation from the user's per-minute budget for the job it records and queues. */
@@ -112,7 +121,7 @@ export class GenerationService {
     return {
       status: 202,
       headers: { Location: `/user/generation-history/${id}` },
-      body: JobAcceptedDto.of(id),
+      body: JobAcceptedDto.of(id, this.mediaUrls.forItem(id, Date.now())),
     };
   }
 }
