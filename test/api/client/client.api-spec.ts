@@ -286,6 +286,7 @@ describe('the typed client against the mock', () => {
  */
 describe('the typed client following the progress of a job', () => {
   const id = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
+  const signed = 'expires=1748782814&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw';
   const pending = (progress: number | null): HistoryItem => ({
     history_item_id: id,
     tool: 'fashion_swap',
@@ -301,14 +302,16 @@ describe('the typed client following the progress of a job', () => {
     completed_at: null,
     progress,
     expires_at: null,
+    media_urls_expire_at: null,
     webhook: null,
   });
   const complete: HistoryItem = {
     ...pending(1),
     status: 'complete',
-    preview_url: `media/${id}/preview.webp`,
-    stock_url: `media/${id}/stock.jpg`,
-    output_url: `http://localhost:3000/media/${id}/stock.jpg`,
+    preview_url: `media/${id}/preview.webp?${signed}`,
+    stock_url: `media/${id}/stock.jpg?${signed}`,
+    output_url: `http://localhost:3000/media/${id}/stock.jpg?${signed}`,
+    media_urls_expire_at: '2025-06-01T13:00:14.000Z',
     updated_at: '2025-06-01T12:00:14.512Z',
     completed_at: '2025-06-01T12:00:14.512Z',
   };

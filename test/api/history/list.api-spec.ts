@@ -11,6 +11,7 @@ import {
   userIdOf,
 } from '../../support/history.js';
 import { Client, type HistoryPageBody } from '../../support/client.js';
+import { signedPathOf } from '../../support/media.js';
 
 const STATUSES: Status[] = ['pending', 'complete', 'error'];
 const BASE_TIME = Date.parse('2025-03-01T10:00:00.000Z');
@@ -142,8 +143,8 @@ describe('GET /user/generation-history', () => {
           created_at: seeded.createdAt,
         });
         if (seeded.status === 'complete') {
-          expect(item.preview_url).toBe(`media/${seeded.id}/preview.webp`);
-          expect(item.stock_url).toBe(`media/${seeded.id}/stock.jpg`);
+          expect(item.preview_url).toMatch(signedPathOf(seeded.id, 'preview.webp'));
+          expect(item.stock_url).toMatch(signedPathOf(seeded.id, 'stock.jpg'));
         } else {
           expect([item.preview_url, item.stock_url, item.output_url]).toEqual([null, null, null]);
         }
