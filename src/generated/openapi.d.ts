@@ -96,11 +96,12 @@ export interface paths {
          *
          *     **Idempotency.** Send an `Idempotency-Key` to make retries safe: a repeat with the same key by
          *     the same user within 24 hours creates nothing and returns the first answer again (same status,
-         *     headers and body, including `status: pending` even if the job has finished since; poll for
-         *     the current state, or send the repeat with `Prefer: wait`, which waits as it does on a first
-         *     request). While the first request with that key is still being handled: `409
-         *     idempotency_in_progress` (retry shortly). The same key with a different payload (other
-         *     fields or other file contents): `422 idempotency_key_reused`. Requests without a key are
+         *     headers and body, including `status: pending` even if the job has finished since, and the media
+         *     paths as signed then, which may have expired; poll for the current state and fresh URLs, or send
+         *     the repeat with `Prefer: wait`, which waits as it does on a first request). While the first
+         *     request with that key is still being handled: `409 idempotency_in_progress` (retry shortly).
+         *     The same key with a different payload (other fields or other file contents): `422
+         *     idempotency_key_reused`. Requests without a key are
          *     never deduplicated.
          *
          *     **Limits per user.** At most 10 pending jobs (`429 too_many_pending`) and 60 job creations a

@@ -39,8 +39,7 @@ export class GenerationService {
       if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
       const fingerprint = fingerprintOf(upload);
       const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
-      // The first answer's media URLs may have expired since: a replay names the same paths, signed afresh.
-      if (claim.kind === 'replay') return this.signedAfresh(claim.response);
+      if (claim.kind === 'replay') return claim.response;
       try {
         accepted = await this.accept(userId, upload);
         await this.idempotency.complete(claim.key, fingerprint, accepted);
@@ -65,12 +64,6 @@ export class GenerationService {
     const item = await this.waits.untilFinal(userId, id, seconds * 1000);
     if (!item || item.status === 'pending') return { ...answer, headers };
     return { status: 200, headers, body: JobFinishedDto.of(id, item.status, this.mediaUrls.forItem(id, Date.now())) };
-  }
-
-  private signedAfresh(answer: StoredResponse): StoredResponse {
-    const body = answer.body as JobAcceptedDto;
-    const urls = this.mediaUrls.forItem(body.history_item_id, Date.now());
-    return { ...answer, body: { ...body, preview_image: urls.preview, stock_image: urls.stock } };
   }
 
   /** Takes a creation from the user's per-minute budget for the job it records and queues. */
