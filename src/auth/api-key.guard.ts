@@ -7,8 +7,8 @@ import { IS_PUBLIC, KEY_OPTIONAL } from '../common/public.js';
 import { type AuthenticatedRequest } from './auth.decorators.js';
 
 /**
- * Every route needs `Authorization: Bearer <api_key>` unless marked @Public(), or @KeyOptional() and sent none. An address that collected too
- * many 401s is refused before its key is looked at (AuthFailureLimit).
+ * Every route needs `Authorization: Bearer <api_key>` unless marked @Public(), or @KeyOptional() and sent none. An
+ * address that collected too many 401s is refused before its key is looked at (AuthFailureLimit).
  */
 @Injectable()
 export class ApiKeyGuard implements CanActivate {

@@ -2,7 +2,7 @@ import { SetMetadata } from '@nestjs/common';
 
 export const IS_PUBLIC = 'igs:isPublic';
 
-/** Routes anyone may call, without an API key: media, health and the contract. */
+/** Routes anyone may call, without an API key: health and the contract. */
 export const Public = () => SetMetadata(IS_PUBLIC, true);
 
 export const KEY_OPTIONAL = 'igs:keyOptional';

@@ -205,7 +205,7 @@ function SetTogetherWith(other: keyof EnvironmentVariables): PropertyDecorator {
 
 const usesS3 = (env: EnvironmentVariables) => env.STORAGE === 's3';
 
-export const MIN_SIGNING_KEY_LENGTH = 32;
+const MIN_SIGNING_KEY_LENGTH = 32;
 /** An S3 presigned URL lives at most 7 days, and a signed media URL is never outlived by its redirect. */
 const MAX_MEDIA_URL_TTL_DAYS = 7;
 
