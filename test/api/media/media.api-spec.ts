@@ -2,12 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { request as httpGet } from 'node:http';
+import { join } from 'node:path';
 import sharp from 'sharp';
 import { MediaUrls } from '../../../src/media/media-urls.js';
 import { Client, type HistoryItemBody, type ProblemBody } from '../../support/client.js';
 import { expectMatchesContract } from '../../support/contract.js';
 import { runToExit, imageCommand } from '../../support/deployment.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
+import { inputsFor } from '../../support/jobs.js';
 import { mediaFolder, pathExists, query, waitUntil } from '../../support/harness.js';
 import { type ResultFile, signedMediaPath, unsigned } from '../../support/media.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../../support/service.js';
@@ -317,6 +319,42 @@ describe('downloads racing deletes and cancels, on local storage', () => {
       .filter((line) => /"level":(50|60)/.test(line));
     expect(errors).toEqual([]);
   }, 300_000);
+});
+
+describe('the embedded default, with no DATABASE_URL and no MEDIA_SIGNING_KEY', () => {
+  it('makes a signing key under its data folder and keeps it: a URL signed before a restart works after it', async () => {
+    const env = await createTestEnvironment();
+    const settings: Record<string, string> = {
+      ...env.serviceEnv,
+      LOG_LEVEL: 'info',
+      EMBEDDED_DB_DIR: join(env.dataDir, 'data', 'pglite'),
+      EMBEDDED_DB_PORT: String(await freePort()),
+    };
+    delete settings.DATABASE_URL;
+    delete settings.MEDIA_SIGNING_KEY;
+    let sut: RunningService | undefined;
+    try {
+      sut = await startService(settings, 60_000);
+      await waitUntil(() => /export IGS_API_KEY=igs_\w+/.test(sut!.output()), 'the demo key', 30_000);
+      const demoKey = /export IGS_API_KEY=(igs_\w+)/.exec(sut.output())![1];
+      const client = new Client(sut.baseUrl, demoKey);
+      const item = await client.waitForFinal(await client.createJob(await inputsFor('default')), 45_000);
+      expect(item.status).toBe('complete');
+      await sut.stop();
+
+      sut = await startService(settings, 60_000);
+      const response = await download(sut, item.stock_url!);
+
+      expect(response.status).toBe(200);
+      await response.arrayBuffer();
+      expect((await readFile(join(env.dataDir, 'data', 'media-signing-key'), 'utf8')).length).toBeGreaterThanOrEqual(
+        32,
+      );
+    } finally {
+      await sut?.stop();
+      await env.dispose();
+    }
+  }, 180_000);
 });
 
 describe('a start on PostgreSQL without MEDIA_SIGNING_KEY', () => {
