@@ -32,6 +32,10 @@
  * - `POST /files` answers the file it was sent, as the service does: a fresh `file_id`, the image's own format, size
  *   and dimensions (415 for bytes that are no image), expiring in 24 hours; `GET` and `DELETE /files/{id}` then answer
  *   for it (404 for a file the mock did not store, or deleted), for the mock's lifetime.
+ * - The examples' media URLs are signed afresh on every answer, as the service signs them (with a key of the mock's
+ *   own), on the mock's own origin (`output_url`), valid for an hour (`media_urls_expire_at`); the media paths answer
+ *   them as the service does: a URL with a valid signature (or any `Authorization: Bearer` key) gets its image, an
+ *   unsigned or altered one 403 `media_url_invalid`, an expired one 403 `media_url_expired`.
  *
  * What the mock does not check is listed in docs/api-guide.md ("Building a frontend").
  */
@@ -54,6 +58,8 @@ import { DomainError } from '../dist/common/problem.js';
 import { IdempotencyKeys } from '../dist/generation/idempotency.js';
 import { checkFormContentType, checkToolForm } from '../dist/generation/job-form.js';
 import { imageSourceOf, jsonJobParts } from '../dist/generation/job-json.js';
+import { MEDIA_URL_MAX_AGE_SECONDS } from '../dist/media/media.js';
+import { MediaUrls } from '../dist/media/media-urls.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const host = process.env.MOCK_HOST ?? '127.0.0.1';
@@ -77,6 +83,13 @@ const RESULTS = [
   'fabric',
   'default',
 ].map((example) => join(root, 'docs/examples', example, 'output.jpg'));
+
+/** A key of this run's own: the mock's URLs are signed and checked as the service's are, by the service's code. */
+const MEDIA_URLS = new MediaUrls(randomBytes(32).toString('base64url'), undefined, 3_600_000, '');
+/** A signed media URL of the contract's examples, with the service's origin on `output_url`'s. */
+const EXAMPLE_MEDIA_URL =
+  /(http:\/\/localhost:3000\/)?(media\/[0-9a-f-]{36}\/(?:preview\.webp|stock\.jpg))\?expires=\d+&signature=[\w-]+/g;
+const EXAMPLE_URLS_EXPIRY = /("media_urls_expire_at":\s*)"[^"]+"/g;
 
 const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
 const OPERATIONS = operationsOf(contract);
@@ -109,7 +122,7 @@ const server = createServer((request, response) => {
   const handled =
     request.method === 'GET' || request.method === 'HEAD'
       ? media
-        ? serveMedia(media[1], media[2], response)
+        ? serveMedia(media[1], media[2], request, response)
         : path === '/playground' || path.startsWith('/playground/')
           ? servePlayground(path, response)
           : null
@@ -214,7 +227,23 @@ async function mockOperation(request, response) {
     }
   }
   response.writeHead(answer.status, answerHeaders);
-  response.end(answerBody);
+  response.end(signedAfresh(answerBody, `http://${request.headers.host ?? `${host}:${port}`}`));
+}
+
+/**
+ * An answer whose example media URLs are signed now, as the service signs every read of an item, with `output_url` on
+ * `origin` (the mock's own, as the client reached it).
+ */
+function signedAfresh(body, origin) {
+  const text = Buffer.isBuffer(body) ? body.toString('utf8') : String(body);
+  if (!text.includes('?expires=')) return body;
+  const expires = MEDIA_URLS.expiresFrom(Date.now());
+  return text
+    .replace(
+      EXAMPLE_MEDIA_URL,
+      (_url, absolute, path) => `${absolute ? `${origin}/` : ''}${MEDIA_URLS.sign(path, expires)}`,
+    )
+    .replace(EXAMPLE_URLS_EXPIRY, (_field, name) => `${name}"${new Date(expires * 1000).toISOString()}"`);
 }
 
 /**
@@ -414,8 +443,32 @@ function toolFormRefusal(contentType, body) {
   });
 }
 
-/** A real image for any media path, as the service serves one: a preview WebP (<= 512 px) or the full JPEG. */
-async function serveMedia(id, file, response) {
+/**
+ * A real image for any media path with a signature of the mock's, or any key, as the service serves one: a preview
+ * WebP (<= 512 px) or the full JPEG. Unsigned, altered and expired URLs are refused as the service refuses them.
+ */
+async function serveMedia(id, file, request, response) {
+  const query = new URL(request.url ?? '/', 'http://mock').searchParams;
+  const now = Date.now();
+  const keyed = /^Bearer +\S+/i.test(request.headers.authorization ?? '');
+  const check = keyed
+    ? 'valid'
+    : MEDIA_URLS.check(
+        `media/${id}/${file}`,
+        query.get('expires') ?? undefined,
+        query.get('signature') ?? undefined,
+        now,
+      );
+  if (check !== 'valid') {
+    const error =
+      check === 'expired'
+        ? new DomainError('media_url_expired', 'This media URL has expired; read the item again for a fresh one.')
+        : new DomainError('media_url_invalid', 'This media URL is not signed by the mock; use the URL it returned.');
+    response.writeHead(error.status, { 'Content-Type': 'application/problem+json', 'Cache-Control': 'no-store' });
+    response.end(JSON.stringify(error.toProblem()));
+    return;
+  }
+  const secondsLeft = keyed ? 0 : Math.ceil((Number(query.get('expires')) * 1000 - now) / 1000);
   const digest = createHash('sha256').update(id.toLowerCase()).digest();
   const source = RESULTS[digest[0] % RESULTS.length];
   const body =
@@ -425,7 +478,8 @@ async function serveMedia(id, file, response) {
   response.writeHead(200, {
     'Content-Type': file === 'stock.jpg' ? 'image/jpeg' : 'image/webp',
     'Content-Length': body.length,
-    'Cache-Control': 'public, max-age=31536000, immutable',
+    // As the service: kept by the client alone, and no longer than the URL works.
+    'Cache-Control': `private, max-age=${Math.min(secondsLeft, MEDIA_URL_MAX_AGE_SECONDS)}`,
     // As the service: media may be shown by frontends on any origin.
     'Cross-Origin-Resource-Policy': 'cross-origin',
     'Access-Control-Allow-Origin': '*',

@@ -15,6 +15,7 @@ import { HealthModule } from './health/health.module.js';
 import { HistoryModule } from './history/history.module.js';
 import { MediaApiModule } from './media/media-api.module.js';
 import { MediaModule } from './media/media.module.js';
+import { MediaUrlsModule } from './media/media-urls.module.js';
 import { MetricsModule } from './metrics/metrics.module.js';
 import { RedisModule } from './redis/redis.module.js';
 import { WebhooksModule } from './webhooks/webhooks.module.js';
@@ -34,7 +35,17 @@ export class AppModule {
     const webhooks = WebhooksModule.forRole({ api: config.runsApi });
     return {
       module: AppModule,
-      imports: [...foundation, RedisModule, HealthModule, MediaModule, MetricsModule, ...api, ...worker, webhooks],
+      imports: [
+        ...foundation,
+        RedisModule,
+        HealthModule,
+        MediaModule,
+        MediaUrlsModule,
+        MetricsModule,
+        ...api,
+        ...worker,
+        webhooks,
+      ],
       providers: [
         { provide: APP_FILTER, useClass: ProblemFilter },
         { provide: APP_PIPE, useFactory: validationPipe },

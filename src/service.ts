@@ -10,7 +10,7 @@ import { Draining } from './common/draining.js';
 import { PrototypedExpressAdapter } from './common/express-adapter.js';
 import { createRootLogger, JsonLogger, requestLogging } from './common/logging.js';
 import { DOCS_ROUTE, PLAYGROUND_ROUTE, hardenHttp } from './common/security.js';
-import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
+import { type AppConfig, assertServingSettings, ConfigError, loadConfig } from './config/config.js';
 import { Contract, servedServer } from './contract/contract.js';
 import { waitForDatabase } from './database/data-source.js';
 import { httpMetrics } from './metrics/http-metrics.js';
@@ -76,6 +76,7 @@ async function migrate(config: AppConfig): Promise<void> {
 let config: AppConfig;
 try {
   config = loadConfig();
+  assertServingSettings(config);
 } catch (error) {
   process.stderr.write(`${error instanceof ConfigError ? error.message : String(error)}\n`);
   process.exit(1);

@@ -336,7 +336,10 @@ export class Client {
     );
   }
 
-  /** The absolute URL of a media path the API returned (`media/<id>/stock.jpg`). */
+  /**
+   * The absolute URL of a media path the API returned (`media/<id>/stock.jpg?expires=...&signature=...`): signed, so it
+   * needs no key, until the item's `media_urls_expire_at`; read the item again for fresh URLs after that.
+   */
   mediaUrl(path: string): string {
     return new URL(path, `${this.baseUrl}/`).href;
   }

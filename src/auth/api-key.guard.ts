@@ -3,12 +3,12 @@ import { Reflector } from '@nestjs/core';
 import { DomainError } from '../common/problem.js';
 import { ApiKeyService, bearerKey } from './api-key.service.js';
 import { AuthFailureLimit } from './auth-failures.js';
-import { IS_PUBLIC } from '../common/public.js';
+import { IS_PUBLIC, KEY_OPTIONAL } from '../common/public.js';
 import { type AuthenticatedRequest } from './auth.decorators.js';
 
 /**
- * Every route needs `Authorization: Bearer <api_key>` unless marked @Public(). An address that collected too
- * many 401s is refused before its key is looked at (AuthFailureLimit).
+ * Every route needs `Authorization: Bearer <api_key>` unless marked @Public(), or @KeyOptional() and sent none. An
+ * address that collected too many 401s is refused before its key is looked at (AuthFailureLimit).
  */
 @Injectable()
 export class ApiKeyGuard implements CanActivate {
@@ -19,10 +19,16 @@ export class ApiKeyGuard implements CanActivate {
   ) {}
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
-    const isPublic = this.reflector.getAllAndOverride<boolean>(IS_PUBLIC, [context.getHandler(), context.getClass()]);
-    if (isPublic) return true;
+    const targets = [context.getHandler(), context.getClass()];
+    if (this.reflector.getAllAndOverride<boolean>(IS_PUBLIC, targets)) return true;
 
     const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
+    if (
+      request.headers.authorization === undefined &&
+      this.reflector.getAllAndOverride<boolean>(KEY_OPTIONAL, targets)
+    ) {
+      return true;
+    }
     this.failures.assertAllowed(request.ip);
     const key = bearerKey(request.headers.authorization);
     if (key === undefined) {

@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
 import { Logger } from '@nestjs/common';
 import { pino } from 'pino';
-import { createRootLogger, JsonLogger, requestLogging } from './logging.js';
+import { abortFailedResponse, createRootLogger, JsonLogger, requestLogging } from './logging.js';
 
 /** A pino logger at `level` whose lines are collected, parsed. */
 function capture(level = 'trace') {
@@ -142,15 +142,16 @@ describe('requestLogging', () => {
     expect(keyLike.sent['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
   });
 
-  it('masks a key put into the path, and logs 5xx answers and dropped connections as errors', async () => {
+  it('masks a key put into the path, and logs 5xx answers and answers the service failed to send as errors', async () => {
     const { logger, lines } = capture('info');
     const failed = exchange(`/user/generation-history/igs_${'b'.repeat(40)}`);
-    const dropped = exchange('/generation/generate_image_v2/');
+    const cutOff = exchange('/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg');
+    Object.assign(cutOff.response, { headersSent: true, destroy: () => cutOff.abort() });
 
     requestLogging(logger)(failed.request, failed.response, () => {});
-    requestLogging(logger)(dropped.request, dropped.response, () => {});
+    requestLogging(logger)(cutOff.request, cutOff.response, () => {});
     failed.finish(503);
-    dropped.abort(201);
+    abortFailedResponse(cutOff.response);
     await flush();
 
     expect(lines).toEqual([
@@ -161,11 +162,29 @@ describe('requestLogging', () => {
       }),
       expect.objectContaining({
         level: 50,
-        msg: 'request aborted',
+        msg: 'response failed',
+        req: expect.objectContaining({ url: '/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg' }),
+        res: { statusCode: 200 },
+      }),
+    ]);
+  });
+
+  it('logs a client that went away before its answer was whole as a warning, not an error', async () => {
+    const { logger, lines } = capture('info');
+    const dropped = exchange('/generation/generate_image_v2/');
+
+    requestLogging(logger)(dropped.request, dropped.response, () => {});
+    dropped.abort(201);
+    await flush();
+
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: 40,
+        msg: 'request aborted by the client',
         req: expect.objectContaining({ url: '/generation/generate_image_v2/' }),
       }),
     ]);
-    expect(lines[1]).not.toHaveProperty('res');
+    expect(lines[0]).not.toHaveProperty('res');
   });
 
   it('logs an event stream its client closed as closed, not as an error', async () => {

@@ -46,13 +46,28 @@ export function createRootLogger(
   return pino(options, stream);
 }
 
+/** Answers the service itself could not finish sending; see `abortFailedResponse`. */
+const FAILED_TO_SEND = new WeakSet<ServerResponse>();
+
+/**
+ * Cuts off an answer the service could not finish (its source failed after the headers went out), so the client sees
+ * a broken connection rather than a short body, and the request log reports it as an error. An answer cut off by a
+ * client that went away is no failure of the service and is not passed here.
+ */
+export function abortFailedResponse(response: ServerResponse): void {
+  FAILED_TO_SEND.add(response);
+  response.destroy();
+}
+
 /**
  * The first middleware (service.ts), so every answer carries an X-Request-Id, also those made before routing
  * (an unparsable body, Swagger UI).
  *
  * It logs one line per answered request when the response is finished or the connection is gone, naming
- * the request by id, method and path only: no headers, no query string (either may carry a key, and a key
- * a client put into the path is masked). Health probes are not logged. No child logger per request: a
+ * the request by id, method and path only. An error is a 5xx or an answer the service failed to send
+ * (`abortFailedResponse`); a client that went away before its answer was whole is a warning, so the error
+ * alerts count only the service's own failures. No headers, no query string (either may carry a key or a media
+ * URL's signature, and a key a client put into the path is masked). Health probes are not logged. No child logger per request: a
  * request costs a listener and, only when `info` is enabled, one line.
  */
 export function requestLogging(logger: Pino) {
@@ -63,8 +78,9 @@ export function requestLogging(logger: Pino) {
     response.once('close', () => {
       // An event stream ends when its client goes away: that is how streams close, not a failure.
       const streamed = String(response.getHeader('content-type') ?? '').startsWith('text/event-stream');
-      const failed = response.statusCode >= 500 || (!response.writableFinished && !streamed);
-      const level: Level = failed ? 'error' : 'info';
+      const failedToSend = FAILED_TO_SEND.has(response);
+      const clientLeft = !response.writableFinished && !streamed && !failedToSend;
+      const level: Level = response.statusCode >= 500 || failedToSend ? 'error' : clientLeft ? 'warn' : 'info';
       if (!logger.isLevelEnabled(level)) return;
       logger[level](
         {
@@ -73,7 +89,13 @@ export function requestLogging(logger: Pino) {
           ...(response.headersSent && { res: { statusCode: response.statusCode } }),
           responseTime: Math.round(performance.now() - started),
         },
-        response.writableFinished ? 'request completed' : streamed ? 'event stream closed' : 'request aborted',
+        response.writableFinished
+          ? 'request completed'
+          : streamed
+            ? 'event stream closed'
+            : failedToSend
+              ? 'response failed'
+              : 'request aborted by the client',
       );
     });
     next();

@@ -1,5 +1,6 @@
 import { ArgumentsHost, Catch, ExceptionFilter, HttpException, Logger } from '@nestjs/common';
 import type { Response } from 'express';
+import { abortFailedResponse } from './logging.js';
 import { DomainError, type ProblemCode } from './problem.js';
 import { ServiceUnavailableError } from './unavailable.js';
 
@@ -23,7 +24,7 @@ export class ProblemFilter implements ExceptionFilter {
       this.logger.warn({ err: exception, reqId }, 'backing service unavailable');
     }
     if (response.headersSent) {
-      response.destroy();
+      abortFailedResponse(response);
       return;
     }
     sendProblem(response, error);

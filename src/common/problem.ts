@@ -11,6 +11,8 @@ const PROBLEM_TYPES: Record<ProblemCode, { status: number; title: string }> = {
   unexpected_field: { status: 400, title: 'Unexpected field' },
   malformed_multipart: { status: 400, title: 'Malformed multipart body' },
   unauthorized: { status: 401, title: 'Unauthorized' },
+  media_url_invalid: { status: 403, title: 'Invalid media URL' },
+  media_url_expired: { status: 403, title: 'Media URL expired' },
   not_found: { status: 404, title: 'Not found' },
   idempotency_in_progress: { status: 409, title: 'Request with this idempotency key is in progress' },
   not_complete: { status: 409, title: 'History item is not complete' },

@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { AppConfig, ConfigError } from './config.js';
+import { AppConfig, assertServingSettings, ConfigError } from './config.js';
 
 function configFrom(env: Record<string, string>): AppConfig {
   return new AppConfig(env);
@@ -393,5 +393,66 @@ describe('AppConfig stored files and URL inputs', () => {
     expect(configErrorFrom({ [name]: '500ms' }).problems).toEqual([
       `${name} must be a duration from a second to 36500d such as 30d, 12h or 90s, got "500ms"`,
     ]);
+  });
+});
+
+describe('AppConfig media URLs', () => {
+  const KEY = 'a-media-signing-key-of-at-least-32-chars';
+
+  it('signs for an hour and sends results itself by default, with no key given', () => {
+    const sut = configFrom({});
+
+    expect([sut.mediaSigningKey, sut.mediaSigningKeyPrevious, sut.mediaUrlTtlMs, sut.mediaDelivery]).toEqual([
+      undefined,
+      undefined,
+      3_600_000,
+      'proxy',
+    ]);
+  });
+
+  it('reads the keys, the lifetime and presigned delivery on S3', () => {
+    const sut = configFrom({
+      MEDIA_SIGNING_KEY: KEY,
+      MEDIA_SIGNING_KEY_PREVIOUS: `old-${KEY}`,
+      MEDIA_URL_TTL: '15m',
+      STORAGE: 's3',
+      S3_BUCKET: 'igs',
+      MEDIA_DELIVERY: 'presigned',
+    });
+
+    expect([sut.mediaSigningKey, sut.mediaSigningKeyPrevious, sut.mediaUrlTtlMs, sut.mediaDelivery]).toEqual([
+      KEY,
+      `old-${KEY}`,
+      900_000,
+      'presigned',
+    ]);
+  });
+
+  it('refuses a key under 32 characters without echoing it', () => {
+    const { problems } = configErrorFrom({ MEDIA_SIGNING_KEY: 'short-secret', MEDIA_SIGNING_KEY_PREVIOUS: 'older' });
+
+    expect(problems).toEqual([
+      'MEDIA_SIGNING_KEY must be at least 32 characters (e.g. the output of openssl rand -base64 48)',
+      'MEDIA_SIGNING_KEY_PREVIOUS must be at least 32 characters (e.g. the output of openssl rand -base64 48)',
+    ]);
+    expect(problems.join()).not.toMatch(/short-secret|older/);
+  });
+
+  it('refuses a lifetime past what a presigned URL may have, and presigned delivery off S3', () => {
+    expect(configErrorFrom({ MEDIA_URL_TTL: '8d', MEDIA_DELIVERY: 'presigned' }).problems).toEqual([
+      'MEDIA_URL_TTL must be a duration from a second to 7d such as 30d, 12h or 90s, got "8d"',
+      'MEDIA_DELIVERY=presigned needs STORAGE=s3: only a bucket can answer a presigned URL',
+    ]);
+  });
+
+  it('stops a serving process on PostgreSQL without MEDIA_SIGNING_KEY, naming it; not migrate, nor the embedded default', () => {
+    const database = { DATABASE_URL: 'postgres://igs@db:5432/igs' };
+
+    expect(() => assertServingSettings(configFrom(database))).toThrow(
+      /MEDIA_SIGNING_KEY must be set when DATABASE_URL is/,
+    );
+    expect(() => assertServingSettings(configFrom({ ...database, ROLE: 'migrate' }))).not.toThrow();
+    expect(() => assertServingSettings(configFrom({ ...database, MEDIA_SIGNING_KEY: KEY }))).not.toThrow();
+    expect(() => assertServingSettings(configFrom({}))).not.toThrow();
   });
 });

@@ -39,6 +39,14 @@ export class AppConfig {
   readonly contractServerUrl: string | undefined;
   /** Base of `output_url`: PUBLIC_BASE_URL (the /media route), or a CDN or bucket serving the media store. */
   readonly mediaPublicBaseUrl: string;
+  /** Signs media URLs; unset only on the embedded default, which makes and keeps one (`MediaUrls`). */
+  readonly mediaSigningKey: string | undefined;
+  /** The key before a rotation: what it signed still verifies. */
+  readonly mediaSigningKeyPrevious: string | undefined;
+  /** How long a signed media URL works (MEDIA_URL_TTL). */
+  readonly mediaUrlTtlMs: number;
+  /** `proxy`: the /media route sends the bytes; `presigned` (S3 only): it redirects to a presigned GET of the bucket. */
+  readonly mediaDelivery: 'proxy' | 'presigned';
   /** Port of the separate Prometheus listener on HOST; 0: no listener. */
   readonly metricsPort: number;
   /** Unset means: run on the embedded PostgreSQL (PGlite) under `embeddedDbDir`. */
@@ -129,6 +137,10 @@ export class AppConfig {
     this.contractServerUrl = read.PUBLIC_BASE_URL?.replace(/\/+$/, '');
     this.publicBaseUrl = this.contractServerUrl ?? `http://localhost:${this.port}`;
     this.mediaPublicBaseUrl = (read.MEDIA_PUBLIC_BASE_URL ?? this.publicBaseUrl).replace(/\/+$/, '');
+    this.mediaSigningKey = read.MEDIA_SIGNING_KEY;
+    this.mediaSigningKeyPrevious = read.MEDIA_SIGNING_KEY_PREVIOUS;
+    this.mediaUrlTtlMs = parseDuration(read.MEDIA_URL_TTL);
+    this.mediaDelivery = read.MEDIA_DELIVERY;
     this.metricsPort = read.METRICS_PORT;
     this.databaseUrl = read.DATABASE_URL;
     this.embeddedDbDir = resolve(read.EMBEDDED_DB_DIR);
@@ -191,6 +203,9 @@ export class AppConfig {
     this.httpIdleTimeoutMs = read.HTTP_IDLE_TIMEOUT_MS;
     this.engineRouting = engineRouting(env, read, problems);
     problems.push(...deadlineProblems(this.engineRouting, this.jobDeadlineMs));
+    if (this.mediaDelivery === 'presigned' && this.storage.kind !== 's3') {
+      problems.push('MEDIA_DELIVERY=presigned needs STORAGE=s3: only a bucket can answer a presigned URL');
+    }
     if (problems.length > 0) throw new ConfigError(problems);
   }
 
@@ -314,6 +329,19 @@ function deadlineProblems(routing: EngineRouting, jobDeadlineMs: number): string
       (server) =>
         `JOB_DEADLINE_MS (${jobDeadlineMs} ms) is shorter than the timeout of engine "${server.name}" (${server.timeoutMs} ms): its jobs would be ended as timeout while the model still runs; raise JOB_DEADLINE_MS`,
     );
+}
+
+/**
+ * What a serving process (api, worker, all) needs beyond `AppConfig`'s checks, which the `igs` command line and
+ * `ROLE=migrate` do not: on PostgreSQL every replica must sign media URLs with one key, which only the operator
+ * can give them all.
+ */
+export function assertServingSettings(config: AppConfig): void {
+  if (config.role === 'migrate' || !config.databaseUrl || config.mediaSigningKey) return;
+  throw new ConfigError([
+    'MEDIA_SIGNING_KEY must be set when DATABASE_URL is: every API and worker process signs and checks media URLs ' +
+      'with it (the same value on all of them, at least 32 characters, e.g. the output of openssl rand -base64 48)',
+  ]);
 }
 
 /** The one read of the process environment. */

@@ -7,6 +7,7 @@ import {
   IsInt,
   IsOptional,
   Matches,
+  MinLength,
   Max,
   Min,
   ValidateBy,
@@ -24,6 +25,7 @@ const ROLES = ['api', 'worker', 'all', 'migrate'] as const;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
 const STORAGES = ['local', 's3'] as const;
+const MEDIA_DELIVERIES = ['proxy', 'presigned'] as const;
 
 /** `migrate` applies pending migrations and exits: a one-shot step before the other roles start. */
 export type Role = (typeof ROLES)[number];
@@ -123,8 +125,8 @@ function protocolOf(value: unknown): string {
  */
 const MAX_DURATION_DAYS = 36_500;
 
-/** `30d`, `12h`, `90s` (see `parseDuration`), from a second to MAX_DURATION_DAYS. */
-function Duration(): PropertyDecorator {
+/** `30d`, `12h`, `90s` (see `parseDuration`), from a second to `maxDays`. */
+function Duration(maxDays = MAX_DURATION_DAYS): PropertyDecorator {
   return applyDecorators(
     Expose(),
     IsOptional(),
@@ -134,15 +136,27 @@ function Duration(): PropertyDecorator {
         validator: {
           validate: (value) => {
             const ms = parseDuration(String(value));
-            return ms >= 1000 && ms <= MAX_DURATION_DAYS * 86_400_000;
+            return ms >= 1000 && ms <= maxDays * 86_400_000;
           },
         },
       },
       {
         message: (args) =>
-          `${args.property} must be a duration from a second to ${MAX_DURATION_DAYS}d such as 30d, 12h or 90s, ${got(args)}`,
+          `${args.property} must be a duration from a second to ${maxDays}d such as 30d, 12h or 90s, ${got(args)}`,
       },
     ),
+  );
+}
+
+/** A secret of at least `MIN_SIGNING_KEY_LENGTH` characters; never echoed in a message. */
+function SigningKey(): PropertyDecorator {
+  return applyDecorators(
+    Expose(),
+    IsOptional(),
+    MinLength(MIN_SIGNING_KEY_LENGTH, {
+      message: (args) =>
+        `${args.property} must be at least ${MIN_SIGNING_KEY_LENGTH} characters (e.g. the output of openssl rand -base64 48)`,
+    }),
   );
 }
 
@@ -190,6 +204,10 @@ function SetTogetherWith(other: keyof EnvironmentVariables): PropertyDecorator {
 }
 
 const usesS3 = (env: EnvironmentVariables) => env.STORAGE === 's3';
+
+const MIN_SIGNING_KEY_LENGTH = 32;
+/** An S3 presigned URL lives at most 7 days, and a signed media URL is never outlived by its redirect. */
+const MAX_MEDIA_URL_TTL_DAYS = 7;
 
 const MAX_IMAGE_SIDE = 65535;
 const DEFAULT_IMAGE_MIN_SIDE = 64;
@@ -243,6 +261,12 @@ export class EnvironmentVariables {
   @Expose() S3_ACCESS_KEY_ID?: string;
   @Expose() @ValidateIf(usesS3) @SetTogetherWith('S3_ACCESS_KEY_ID') S3_SECRET_ACCESS_KEY?: string;
   @ValidateIf(usesS3) @Flag() S3_FORCE_PATH_STYLE = false;
+  /** Unset: the embedded default makes and keeps one; with DATABASE_URL the service does not start (`config.ts`). */
+  @SigningKey() MEDIA_SIGNING_KEY?: string;
+  /** The key before a rotation: URLs it signed still verify until they expire. */
+  @SigningKey() MEDIA_SIGNING_KEY_PREVIOUS?: string;
+  @Duration(MAX_MEDIA_URL_TTL_DAYS) MEDIA_URL_TTL = '1h';
+  @OneOf(MEDIA_DELIVERIES) MEDIA_DELIVERY: (typeof MEDIA_DELIVERIES)[number] = 'proxy';
   @Expose() UPLOAD_TMP_DIR = './data/tmp';
   @WholeNumber(1024, 1024 ** 3) UPLOAD_MAX_FILE_BYTES = 10 * 1024 * 1024;
   @WholeNumber(1, 100) UPLOAD_MAX_PARTS = 10;

@@ -1,10 +1,11 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { Mutex } from 'async-mutex';
+import { keptSecret } from '../common/kept-secret.js';
 
 /**
  * PostgreSQL in the service's own process: PGlite served over the wire protocol on loopback, so the
@@ -62,26 +63,8 @@ const PASSWORD_FILE = 'igs-wire-password';
 /** What the password file holds; anything else (an empty file a crash left) is made anew. */
 const PASSWORD = /^[0-9a-f]{48}$/;
 
-async function passwordOf(file: string): Promise<string> {
-  for (;;) {
-    const kept = await readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
-      if (error.code === 'ENOENT') return undefined;
-      throw error;
-    });
-    if (kept !== undefined && PASSWORD.test(kept.trim())) return kept.trim();
-    // Written whole under another name, then linked into place: the file never exists half-written, and of two
-    // processes starting at once, the one that links second reads the first's.
-    const draft = `${file}.${process.pid}`;
-    await writeFile(draft, randomBytes(24).toString('hex'), { mode: 0o600 });
-    try {
-      if (kept !== undefined) await rm(file);
-      await link(draft, file);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    } finally {
-      await rm(draft, { force: true });
-    }
-  }
+function passwordOf(file: string): Promise<string> {
+  return keptSecret(file, PASSWORD, () => randomBytes(24).toString('hex'));
 }
 
 /** Request codes a client may send in place of a startup message (PostgreSQL's protocol, "Message Formats"). */

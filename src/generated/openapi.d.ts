@@ -88,17 +88,20 @@ export interface paths {
          *
          *     **Result paths.** `preview_image` and `stock_image` in the answer are the relative media
          *     paths where the results will be served once the job is `complete`
-         *     (`media/<history_item_id>/preview.webp` and `media/<history_item_id>/stock.jpg`). They answer
-         *     `404` until then, and for good if the job ends in `error`. Poll
+         *     (`media/<history_item_id>/preview.webp?expires=...&signature=...` and the same for `stock.jpg`),
+         *     signed and valid until `expires` (unix seconds). They answer `404` until then, and for good if
+         *     the job ends in `error`; the item's `preview_url` and `stock_url` are the same paths, signed
+         *     afresh on every read. Poll
          *     `GET /user/generation-history/{id}` (the `Location` header) with delays of 2 s, 4 s, 8 s.
          *
          *     **Idempotency.** Send an `Idempotency-Key` to make retries safe: a repeat with the same key by
          *     the same user within 24 hours creates nothing and returns the first answer again (same status,
-         *     headers and body, including `status: pending` even if the job has finished since; poll for
-         *     the current state, or send the repeat with `Prefer: wait`, which waits as it does on a first
-         *     request). While the first request with that key is still being handled: `409
-         *     idempotency_in_progress` (retry shortly). The same key with a different payload (other
-         *     fields or other file contents): `422 idempotency_key_reused`. Requests without a key are
+         *     headers and body, including `status: pending` even if the job has finished since, and the media
+         *     paths as signed then, which may have expired; poll for the current state and fresh URLs, or send
+         *     the repeat with `Prefer: wait`, which waits as it does on a first request). While the first
+         *     request with that key is still being handled: `409 idempotency_in_progress` (retry shortly).
+         *     The same key with a different payload (other fields or other file contents): `422
+         *     idempotency_key_reused`. Requests without a key are
          *     never deduplicated.
          *
          *     **Limits per user.** At most 10 pending jobs (`429 too_many_pending`) and 60 job creations a
@@ -451,15 +454,27 @@ export interface paths {
         /**
          * Download a result image
          * @description Serves the result images of a `complete` job. Clients do not build this path themselves:
-         *     it is the relative media path returned by the API (`preview_image` / `stock_image` on job
-         *     creation, `preview_url` / `stock_url` on the history item), resolved against the base URL:
-         *     `media/<id>/preview.webp` -> `{base_url}/media/<id>/preview.webp`.
+         *     it is the signed relative media path returned by the API (`preview_image` / `stock_image` on
+         *     job creation, `preview_url` / `stock_url` on the history item; `output_url` is the same,
+         *     absolute), resolved against the base URL:
+         *     `media/<id>/preview.webp?expires=...&signature=...` -> `{base_url}/media/<id>/preview.webp?expires=...&signature=...`.
          *
-         *     Public (no `Authorization`); the path is unguessable because it contains the item's UUID.
+         *     **Two ways in.** A URL with a valid `signature` that has not passed its `expires` needs no
+         *     `Authorization` (an `<img src>` works). Without one, the owner's
+         *     `Authorization: Bearer <api_key>` gets the file too; a key that is sent is checked (`401` when
+         *     unknown or revoked), and decides: another user's key answers `404`, as for another user's
+         *     item. A missing or altered signature answers `403 media_url_invalid`, an expired one
+         *     `403 media_url_expired`: read the item again for fresh URLs.
+         *
          *     `preview.webp` is a WebP at most 512 px on its long side; `stock.jpg` is the full-resolution
-         *     JPEG. The files appear when the job becomes `complete`: before that, for a job in `error`,
-         *     after the item is deleted, and for any path that does not name a result file, the answer is
-         *     `404`. Uploaded inputs are never served.
+         *     JPEG. The files are served only while their item exists and is `complete`: before that, for a
+         *     job in `error`, after the item is deleted (or removed by retention), and for any path that does
+         *     not name a result file, the answer is `404`, whatever the signature. Answers are cached only
+         *     privately and never past the URL's expiry, so no shared cache keeps a result after its delete.
+         *     Uploaded inputs are never served.
+         *
+         *     A deployment that keeps its results in an S3 bucket may answer `302` to a presigned URL of the
+         *     bucket that expires no later than the signed URL (the bytes then come from the bucket).
          */
         get: operations["getMedia"];
         put?: never;
@@ -654,14 +669,14 @@ export interface components {
             /**
              * @description Relative media path (no leading slash, resolve against the base URL) where the preview
              *     (WebP, at most 512 px on its long side) will be served once the job is `complete`;
-             *     `404` until then.
-             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp
+             *     `404` until then. Signed: valid until its `expires` (unix seconds).
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
              */
             preview_image: string;
             /**
              * @description Relative media path where the full-resolution result (JPEG) will be served once the job
-             *     is `complete`; `404` until then.
-             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg
+             *     is `complete`; `404` until then. Signed: valid until its `expires` (unix seconds).
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
              */
             stock_image: string;
             /**
@@ -681,12 +696,12 @@ export interface components {
             history_item_id: string;
             /**
              * @description Relative media path of the preview; served when `status` is `complete`.
-             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
              */
             preview_image: string;
             /**
              * @description Relative media path of the full-resolution result; served when `status` is `complete`.
-             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
              */
             stock_image: string;
             /**
@@ -771,6 +786,7 @@ export interface components {
          *     | `completed_at` | `null` | time it completed | time it failed |
          *     | `like` | `null` | `null`, `true` or `false` (feedback) | `null` |
          *     | `expires_at` | `null` | when it will be removed (`null`: kept until deleted) | same as `complete` |
+         *     | `media_urls_expire_at` | `null` | when the signed media URLs stop working | `null` |
          *
          *     Transitions: `pending -> complete` and `pending -> error` only; both are final.
          */
@@ -800,24 +816,25 @@ export interface components {
             status: "pending" | "complete" | "error";
             /**
              * @description `null` until `complete`, then the relative media path of the preview (WebP, at most
-             *     512 px on its long side) - the `preview_image` that creation returned. Resolve against the
-             *     base URL. `null` for `error`.
-             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp
+             *     512 px on its long side), signed until `media_urls_expire_at` - the `preview_image` that
+             *     creation returned, signed afresh. Resolve against the base URL. `null` for `error`.
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
              */
             preview_url: string | null;
             /**
              * @description `null` until `complete`, then the relative media path of the full-resolution result
-             *     (JPEG) - the `stock_image` that creation returned. `null` for `error`.
-             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg
+             *     (JPEG), signed until `media_urls_expire_at` - the `stock_image` that creation returned,
+             *     signed afresh. `null` for `error`.
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
              */
             stock_url: string | null;
             /**
              * Format: uri
              * @description `null` until `complete`, then the absolute, externally accessible URL of the stock image:
-             *     the service's public base URL + `stock_url`, or the same path on the CDN or storage bucket a
-             *     deployment serves its media from. The file goes with the item (deleted, or removed at
-             *     `expires_at`): copy it if it is needed longer.
-             * @example http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg
+             *     the service's public base URL + `stock_url` (signed until `media_urls_expire_at`), or the
+             *     same path on the CDN or storage bucket a deployment serves its media from. The file goes with
+             *     the item (deleted, or removed at `expires_at`): copy it if it is needed longer.
+             * @example http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
              */
             output_url: string | null;
             /**
@@ -863,6 +880,16 @@ export interface components {
              * @example 2025-07-01T12:00:14.512Z
              */
             expires_at: string | null;
+            /**
+             * Format: date-time
+             * @description When `preview_url`, `stock_url` and `output_url` stop working (their `expires`): they are
+             *     signed afresh on every read of the item (this answer, the list, event streams, each webhook
+             *     delivery), for the deployment's URL lifetime (an hour by default). After it they answer
+             *     `403 media_url_expired`: read the item again for fresh URLs. `null` while there are no URLs
+             *     (`pending`, `error`).
+             * @example 2025-06-01T13:01:30.000Z
+             */
+            media_urls_expire_at: string | null;
             webhook: components["schemas"]["WebhookDelivery"];
         };
         /**
@@ -981,6 +1008,7 @@ export interface components {
          *     |---|---|
          *     | `bad_request`, `validation_failed`, `unexpected_field`, `malformed_multipart` | 400 |
          *     | `unauthorized` | 401 |
+         *     | `media_url_invalid`, `media_url_expired` | 403 |
          *     | `not_found` | 404 |
          *     | `idempotency_in_progress`, `not_complete`, `not_pending` | 409 |
          *     | `payload_too_large` | 413 |
@@ -1018,7 +1046,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "input_fetch_failed" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "media_url_invalid" | "media_url_expired" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "input_fetch_failed" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history
@@ -1503,8 +1531,8 @@ export interface operations {
                     /**
                      * @example {
                      *       "history_item_id": "3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44",
-                     *       "preview_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp",
-                     *       "stock_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg",
+                     *       "preview_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *       "stock_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
                      *       "status": "complete"
                      *     }
                      */
@@ -1529,8 +1557,8 @@ export interface operations {
                     /**
                      * @example {
                      *       "history_item_id": "3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44",
-                     *       "preview_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp",
-                     *       "stock_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg",
+                     *       "preview_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *       "stock_image": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
                      *       "status": "pending"
                      *     }
                      */
@@ -1687,10 +1715,10 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"webhook":null}
                      *
                      *     event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","media_urls_expire_at":"2025-06-01T13:01:30.000Z","webhook":null}
                      */
                     "text/event-stream": string;
                 };
@@ -1742,6 +1770,7 @@ export interface operations {
                      *       "completed_at": "2025-06-01T12:00:02.250Z",
                      *       "progress": null,
                      *       "expires_at": "2025-07-01T12:00:02.250Z",
+                     *       "media_urls_expire_at": null,
                      *       "webhook": null
                      *     }
                      */
@@ -1773,7 +1802,7 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"webhook":null}
                      *
                      *     event: deleted
                      *     data: {"history_item_id":"7a9e3c51-2d4f-4b6a-8e1c-0f5d2a7b9c13"}
@@ -1817,9 +1846,9 @@ export interface operations {
                      *       "tool": "fashion_swap",
                      *       "generation_type": "fashion_swap_full",
                      *       "status": "complete",
-                     *       "preview_url": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp",
-                     *       "stock_url": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg",
-                     *       "output_url": "http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg",
+                     *       "preview_url": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *       "stock_url": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *       "output_url": "http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
                      *       "like": true,
                      *       "error": null,
                      *       "created_at": "2025-06-01T12:00:00.000Z",
@@ -1827,6 +1856,7 @@ export interface operations {
                      *       "completed_at": "2025-06-01T12:00:14.512Z",
                      *       "progress": 1,
                      *       "expires_at": "2025-07-01T12:00:14.512Z",
+                     *       "media_urls_expire_at": "2025-06-01T13:01:30.000Z",
                      *       "webhook": null
                      *     }
                      */
@@ -2020,7 +2050,18 @@ export interface operations {
     };
     getMedia: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description When the URL stops working, in unix seconds; part of the signed URL the API returned.
+                 * @example 1748782890
+                 */
+                expires?: number;
+                /**
+                 * @description The URL's signature (base64url); part of the signed URL the API returned.
+                 * @example Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
+                 */
+                signature?: string;
+            };
             header?: never;
             path: {
                 /**
@@ -2042,8 +2083,10 @@ export interface operations {
             200: {
                 headers: {
                     /**
-                     * @description Long-lived caching; a result file never changes once written.
-                     * @example public, max-age=31536000, immutable
+                     * @description `private, max-age=<seconds>`: kept by the client's own cache at most until the signed URL
+                     *     expires (at most an hour), never by a shared cache; `max-age=0` for a request let in by its
+                     *     key.
+                     * @example private, max-age=3600
                      */
                     "Cache-Control"?: string;
                     /**
@@ -2056,6 +2099,39 @@ export interface operations {
                 content: {
                     "image/webp": string;
                     "image/jpeg": string;
+                };
+            };
+            /**
+             * @description Only on a deployment that serves results from an S3 bucket by presigned URLs: the image is at
+             *     `Location`, a URL of the bucket that expires no later than the signed URL.
+             */
+            302: {
+                headers: {
+                    /**
+                     * @description The presigned URL of the image in the bucket.
+                     * @example https://igs-results.s3.eu-west-1.amazonaws.com/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?X-Amz-Expires=3600&X-Amz-Signature=...
+                     */
+                    Location?: string;
+                    /**
+                     * @description As for `200`.
+                     * @example private, max-age=3600
+                     */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            /**
+             * @description The URL's signature is missing or does not match (`media_url_invalid`), or it has expired
+             *     (`media_url_expired`). Read the item again for fresh URLs.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             404: components["responses"]["NotFound"];

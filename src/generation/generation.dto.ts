@@ -1,8 +1,11 @@
 import type { components } from '../generated/openapi.js';
-import { mediaPath } from '../media/media.js';
+import type { SignedMediaUrls } from '../media/media-urls.js';
 
 type JobAcceptedSchema = components['schemas']['JobAccepted'];
 type JobFinishedSchema = components['schemas']['JobFinished'];
+
+/** The result paths a creation answer names: signed like the item's, so they work once the job is complete. */
+export type ResultUrls = Pick<SignedMediaUrls, 'preview' | 'stock'>;
 
 export class JobAcceptedDto implements JobAcceptedSchema {
   history_item_id: string;
@@ -10,11 +13,11 @@ export class JobAcceptedDto implements JobAcceptedSchema {
   stock_image: string;
   status: 'pending';
 
-  static of(historyItemId: string): JobAcceptedDto {
+  static of(historyItemId: string, urls: ResultUrls): JobAcceptedDto {
     return {
       history_item_id: historyItemId,
-      preview_image: mediaPath(historyItemId, 'preview'),
-      stock_image: mediaPath(historyItemId, 'stock'),
+      preview_image: urls.preview,
+      stock_image: urls.stock,
       status: 'pending',
     };
   }
@@ -27,7 +30,7 @@ export class JobFinishedDto implements JobFinishedSchema {
   stock_image: string;
   status: 'complete' | 'error';
 
-  static of(historyItemId: string, status: JobFinishedDto['status']): JobFinishedDto {
-    return { ...JobAcceptedDto.of(historyItemId), status };
+  static of(historyItemId: string, status: JobFinishedDto['status'], urls: ResultUrls): JobFinishedDto {
+    return { ...JobAcceptedDto.of(historyItemId, urls), status };
   }
 }

@@ -8,6 +8,7 @@ import { ServiceUnavailableError } from '../common/unavailable.js';
 import type { AppConfig } from '../config/config.js';
 import type { JobLifecycle } from '../jobs/job-lifecycle.js';
 import type { JobWaits } from '../jobs/job-waits.js';
+import { MediaUrls } from '../media/media-urls.js';
 import { LocalObjectStore } from '../media/object-store.js';
 import type { FairShare } from '../users/fair-share.js';
 import type { UserRepository } from '../users/user.repository.js';
@@ -60,6 +61,7 @@ describe('GenerationService', () => {
       new UserLimits(users, { limitMaxPending: 10, limitCreationsPerMinute: 60 } as AppConfig),
       { take: () => Promise.resolve(() => {}) } as unknown as FairShare,
       {} as JsonJobs,
+      new MediaUrls('k'.repeat(32), undefined, 3_600_000, 'http://localhost:3000'),
     );
     const request = { headersDistinct: {}, is: () => false } as unknown as Request;
 

@@ -7,6 +7,7 @@ import { inputKeysOf, type StoredInput } from '../jobs/history-item.entity.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobWaits } from '../jobs/job-waits.js';
 import { INPUT_STORE, inputKey } from '../media/media.js';
+import { MediaUrls } from '../media/media-urls.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
 import { acceptedAnswer, IdempotencyKeys, type StoredResponse } from './idempotency.js';
@@ -32,6 +33,7 @@ export class GenerationService {
     private readonly limits: UserLimits,
     private readonly fairShare: FairShare,
     private readonly jsonJobs: JsonJobs,
+    private readonly mediaUrls: MediaUrls,
   ) {}
 
   /**
@@ -81,7 +83,7 @@ export class GenerationService {
     const { history_item_id: id } = answer.body as JobAcceptedDto;
     const item = await this.waits.untilFinal(userId, id, seconds * 1000);
     if (!item || item.status === 'pending') return { ...answer, headers };
-    return { status: 200, headers, body: JobFinishedDto.of(id, item.status) };
+    return { status: 200, headers, body: JobFinishedDto.of(id, item.status, this.mediaUrls.forItem(id, Date.now())) };
   }
 
   /** Takes a creation from the user's per-minute budget for the job it records and queues. */
@@ -128,7 +130,7 @@ export class GenerationService {
         { headers: { 'Retry-After': PENDING_RETRY_AFTER_SECONDS } },
       );
     }
-    return acceptedAnswer(id);
+    return acceptedAnswer(id, this.mediaUrls.forItem(id, Date.now()));
   }
 }
 

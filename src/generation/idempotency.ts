@@ -4,7 +4,8 @@ import type { Redis } from 'ioredis';
 import { DomainError } from '../common/problem.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { REDIS } from '../redis/redis.module.js';
-import { JobAcceptedDto } from './generation.dto.js';
+import { MediaUrls } from '../media/media-urls.js';
+import { JobAcceptedDto, type ResultUrls } from './generation.dto.js';
 
 const RETENTION_SECONDS = 24 * 3600;
 /** A claim whose request died before its job was accepted may be taken over by a retry after this. */
@@ -45,6 +46,7 @@ export class IdempotencyKeys {
   constructor(
     @Inject(REDIS) private readonly redis: Redis,
     private readonly items: HistoryRepository,
+    private readonly mediaUrls: MediaUrls,
   ) {
     redis.defineCommand('takeOverIdempotencyClaim', { numberOfKeys: 1, lua: TAKE_OVER_SCRIPT });
   }
@@ -79,7 +81,8 @@ export class IdempotencyKeys {
     }
     if (found.state === 'done') return { kind: 'replay', response: found.response };
     // Accepted, its answer not stored (yet, or ever): the same job.
-    if (await this.items.findOwned(userId, found.id)) return { kind: 'replay', response: acceptedAnswer(found.id) };
+    if (await this.items.findOwned(userId, found.id))
+      return { kind: 'replay', response: acceptedAnswer(found.id, this.mediaUrls.forItem(found.id, Date.now())) };
     // Its request died before the job was accepted: a retry takes over, with the same reserved id.
     if (Date.now() - found.claimedAt >= CLAIM_MS) {
       const takenOver: Entry = { ...found, claimedAt: Date.now() };
@@ -112,8 +115,8 @@ export class IdempotencyKeys {
 }
 
 /** The answer to a job's creation, once it is accepted and queued. */
-export function acceptedAnswer(id: string): StoredResponse {
-  return { status: 202, headers: { Location: `/user/generation-history/${id}` }, body: JobAcceptedDto.of(id) };
+export function acceptedAnswer(id: string, urls: ResultUrls): StoredResponse {
+  return { status: 202, headers: { Location: `/user/generation-history/${id}` }, body: JobAcceptedDto.of(id, urls) };
 }
 
 /** What the names of a user's idempotency keys start with (a user's removal deletes them). */

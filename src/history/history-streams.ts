@@ -7,7 +7,8 @@ import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobEvents, type WatchedEvent } from '../jobs/job-events.js';
 import { JobProgress } from '../jobs/job-progress.js';
-import { HistoryItemDto } from '../jobs/history-item.dto.js';
+import { HistoryItemDto, type ItemSettings } from '../jobs/history-item.dto.js';
+import { MediaUrls } from '../media/media-urls.js';
 
 /**
  * Whether the stream's client may still read it (its key not revoked, its user not removed). Asked no more often
@@ -21,13 +22,18 @@ const ACCESS_CHECK_MIN_MS = 1000;
 export class HistoryStreams {
   private readonly logger = new Logger(HistoryStreams.name);
 
+  private readonly itemSettings: ItemSettings;
+
   constructor(
     private readonly items: HistoryRepository,
     private readonly events: JobEvents,
     private readonly progress: JobProgress,
     private readonly config: AppConfig,
     private readonly draining: Draining,
-  ) {}
+    mediaUrls: MediaUrls,
+  ) {
+    this.itemSettings = { historyRetentionMs: config.historyRetentionMs, mediaUrls };
+  }
 
   /**
    * The item as it is now, then again on each change, until it is final or gone. Watching starts before the first
@@ -60,7 +66,7 @@ export class HistoryStreams {
           const item = await this.items.findOwned(userId, id);
           if (!item) return stream.end();
           const progress = await this.progress.of([item]);
-          send(stream, HistoryItemDto.from(item, this.config, progress.get(id)));
+          send(stream, HistoryItemDto.from(item, this.itemSettings, progress.get(id)));
           if (item.status !== 'pending') stream.end();
         } catch (error) {
           // The client reconnects and reads the item afresh; an outage is not worth keeping a silent stream open.
@@ -96,7 +102,7 @@ export class HistoryStreams {
           const progress = event.kind === 'progress' ? event.progress : (await this.progress.of([item])).get(item.id);
           // A progress event read after its job ended would show the item going back to pending's progress.
           if (event.kind === 'progress' && item.status !== 'pending') return;
-          stream.send('item', HistoryItemDto.from(item, this.config, progress));
+          stream.send('item', HistoryItemDto.from(item, this.itemSettings, progress));
         } catch (error) {
           this.logger.warn({ err: error }, 'a user event stream ended on a failed read');
           stream.end();

@@ -5,19 +5,25 @@ import { type HistoryQuery, HistoryRepository } from '../jobs/history.repository
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobProgress } from '../jobs/job-progress.js';
 import { JobWaits } from '../jobs/job-waits.js';
-import { HistoryItemDto } from '../jobs/history-item.dto.js';
+import { HistoryItemDto, type ItemSettings } from '../jobs/history-item.dto.js';
+import { MediaUrls } from '../media/media-urls.js';
 import type { HistoryPageDto } from './history.dto.js';
 
 /** A user's own history; another user's item is answered exactly like a missing one. */
 @Injectable()
 export class HistoryService {
+  private readonly itemSettings: ItemSettings;
+
   constructor(
     private readonly items: HistoryRepository,
     private readonly lifecycle: JobLifecycle,
     private readonly waits: JobWaits,
     private readonly progress: JobProgress,
-    private readonly config: AppConfig,
-  ) {}
+    config: AppConfig,
+    mediaUrls: MediaUrls,
+  ) {
+    this.itemSettings = { historyRetentionMs: config.historyRetentionMs, mediaUrls };
+  }
 
   /** With `waitSeconds`, answers as soon as the item is final, or after that long with it still pending. */
   async get(userId: string, id: string, waitSeconds?: number): Promise<HistoryItemDto> {
@@ -26,7 +32,7 @@ export class HistoryService {
       : await this.items.findOwned(userId, id);
     if (!item) throw notFound();
     const progress = await this.progress.of([item]);
-    return HistoryItemDto.from(item, this.config, progress.get(item.id));
+    return HistoryItemDto.from(item, this.itemSettings, progress.get(item.id));
   }
 
   /** Newest first, ties broken by id, so pages neither repeat nor skip items. */
@@ -34,7 +40,7 @@ export class HistoryService {
     const { rows, total } = await this.items.list(userId, query);
     const progress = await this.progress.of(rows);
     return {
-      items: rows.map((item) => HistoryItemDto.from(item, this.config, progress.get(item.id))),
+      items: rows.map((item) => HistoryItemDto.from(item, this.itemSettings, progress.get(item.id))),
       page: query.page,
       limit: query.limit,
       total,

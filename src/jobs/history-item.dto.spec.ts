@@ -1,3 +1,4 @@
+import { MediaUrls } from '../media/media-urls.js';
 import { HistoryItemDto } from './history-item.dto.js';
 import type { HistoryItemRow } from './history.repository.js';
 
@@ -25,7 +26,8 @@ function row(status: HistoryItemRow['status']): HistoryItemRow {
 }
 
 describe('HistoryItemDto.from expires_at', () => {
-  const thirtyDays = { mediaPublicBaseUrl: 'http://localhost:3000', historyRetentionMs: 30 * 86_400_000 };
+  const mediaUrls = new MediaUrls('k'.repeat(32), undefined, 3_600_000, 'http://localhost:3000');
+  const thirtyDays = { mediaUrls, historyRetentionMs: 30 * 86_400_000 };
 
   it.each(['complete', 'error'] as const)(
     'is completed_at plus the retention once the item is final (%s)',
@@ -44,5 +46,38 @@ describe('HistoryItemDto.from expires_at', () => {
     const sut = HistoryItemDto.from(row('complete'), { ...thirtyDays, historyRetentionMs: undefined });
 
     expect(sut.expires_at).toBeNull();
+  });
+});
+
+describe('HistoryItemDto.from media URLs', () => {
+  const mediaUrls = new MediaUrls('k'.repeat(32), undefined, 3_600_000, 'https://cdn.example.com/results');
+  const settings = { mediaUrls, historyRetentionMs: undefined };
+  const READ_AT = Date.parse('2025-06-01T12:01:30.400Z');
+
+  it('signs the result paths at the read, for MEDIA_URL_TTL, and says until when', () => {
+    const sut = HistoryItemDto.from(row('complete'), settings, undefined, READ_AT);
+
+    const id = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
+    const expires = Date.parse('2025-06-01T13:01:30.000Z') / 1000;
+    expect(sut.preview_url).toMatch(
+      new RegExp(`^media/${id}/preview\\.webp\\?expires=${expires}&signature=[\\w-]{43}$`),
+    );
+    expect(sut.stock_url).toMatch(new RegExp(`^media/${id}/stock\\.jpg\\?expires=${expires}&signature=[\\w-]{43}$`));
+    expect(sut.output_url).toBe(`https://cdn.example.com/results/${sut.stock_url}`);
+    expect(sut.media_urls_expire_at).toBe('2025-06-01T13:01:30.000Z');
+  });
+
+  it('signs afresh on every read', () => {
+    const first = HistoryItemDto.from(row('complete'), settings, undefined, READ_AT);
+    const later = HistoryItemDto.from(row('complete'), settings, undefined, READ_AT + 60_000);
+
+    expect(later.stock_url).not.toBe(first.stock_url);
+    expect(later.media_urls_expire_at).toBe('2025-06-01T13:02:30.000Z');
+  });
+
+  it.each(['pending', 'error'] as const)('has no URLs and no expiry while there is no result (%s)', (status) => {
+    const sut = HistoryItemDto.from(row(status), settings, undefined, READ_AT);
+
+    expect(sut).toMatchObject({ preview_url: null, stock_url: null, output_url: null, media_urls_expire_at: null });
   });
 });

@@ -1,12 +1,12 @@
 import type { AppConfig } from '../config/config.js';
 import type { components } from '../generated/openapi.js';
-import { mediaPath } from '../media/media.js';
+import type { MediaUrls } from '../media/media-urls.js';
 import type { HistoryItemRow } from './history.repository.js';
 
 type HistoryItemSchema = components['schemas']['HistoryItem'];
 
-/** The deployment's settings an item is shown with: where its media is served from, and how long it is kept. */
-export type ItemSettings = Pick<AppConfig, 'mediaPublicBaseUrl' | 'historyRetentionMs'>;
+/** The deployment's settings an item is shown with: how its media URLs are signed, and how long it is kept. */
+export type ItemSettings = Pick<AppConfig, 'historyRetentionMs'> & { mediaUrls: MediaUrls };
 
 /** A history item as every client sees it: the item GET, event streams and webhooks. */
 export class HistoryItemDto implements HistoryItemSchema {
@@ -25,24 +25,26 @@ export class HistoryItemDto implements HistoryItemSchema {
   webhook: HistoryItemSchema['webhook'];
   progress: number | null;
   expires_at: string | null;
+  media_urls_expire_at: string | null;
 
   /**
-   * Result paths are shown only once the result exists; `output_url` is the stock image's absolute URL, on the
-   * service itself or on whatever serves the media store (MEDIA_PUBLIC_BASE_URL). `progress` is what the running job
+   * Result paths are shown only once the result exists, signed at `now` for MEDIA_URL_TTL: every read signs afresh.
+   * `output_url` is the stock image's absolute URL, on the service itself or on whatever serves the media store
+   * (MEDIA_PUBLIC_BASE_URL). `progress` is what the running job
    * last reported (`JobProgress`), if anything: 1 once complete, null once failed. A final item expires
    * HISTORY_RETENTION after it ended, when the retention sweep removes it.
    */
-  static from(item: HistoryItemRow, settings: ItemSettings, progress?: number): HistoryItemDto {
+  static from(item: HistoryItemRow, settings: ItemSettings, progress?: number, now = Date.now()): HistoryItemDto {
     const complete = item.status === 'complete';
-    const stock = mediaPath(item.id, 'stock');
+    const urls = complete ? settings.mediaUrls.forItem(item.id, now) : undefined;
     return {
       history_item_id: item.id,
       tool: item.tool,
       generation_type: item.generationType,
       status: item.status,
-      preview_url: complete ? mediaPath(item.id, 'preview') : null,
-      stock_url: complete ? stock : null,
-      output_url: complete ? `${settings.mediaPublicBaseUrl}/${stock}` : null,
+      preview_url: urls?.preview ?? null,
+      stock_url: urls?.stock ?? null,
+      output_url: urls?.output ?? null,
       like: item.like,
       error: item.errorCode ? { code: item.errorCode, message: item.errorMessage ?? '' } : null,
       created_at: item.createdAt.toISOString(),
@@ -53,6 +55,7 @@ export class HistoryItemDto implements HistoryItemSchema {
         item.completedAt && settings.historyRetentionMs !== undefined
           ? new Date(item.completedAt.getTime() + settings.historyRetentionMs).toISOString()
           : null,
+      media_urls_expire_at: urls?.expiresAt.toISOString() ?? null,
       webhook: item.webhookUrl
         ? {
             url: item.webhookUrl,

@@ -205,6 +205,16 @@ export class HistoryRepository {
     });
   }
 
+  /** Whose an item is and how it stands, for serving its results: they are served only while the row exists. */
+  async mediaOwner(id: string): Promise<Pick<HistoryItem, 'userId' | 'status'> | undefined> {
+    const [row] = await this.db.read<Pick<HistoryItem, 'userId' | 'status'>>({
+      name: 'media-owner',
+      text: 'SELECT user_id AS "userId", status FROM history_items WHERE id = $1',
+      values: [id],
+    });
+    return row;
+  }
+
   /** An item with its owner, for its webhook: whoever's it is. */
   async findWithOwner(id: string): Promise<(HistoryItemRow & { userId: string }) | undefined> {
     const [row] = await this.db.query<HistoryItemRow & { userId: string }>({

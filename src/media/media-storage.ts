@@ -1,7 +1,7 @@
 import type { OnApplicationShutdown } from '@nestjs/common';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { AppConfig } from '../config/config.js';
-import { MEDIA_CACHE_CONTROL, MEDIA_PREFIX } from './media.js';
+import { STORED_MEDIA_CACHE_CONTROL, MEDIA_PREFIX } from './media.js';
 import { LocalObjectStore, type ObjectStore } from './object-store.js';
 import { createS3Client, S3ObjectStore } from './s3-object-store.js';
 
@@ -23,7 +23,11 @@ export class MediaStorage implements OnApplicationShutdown {
     }
     const client = createS3Client(storage);
     return new MediaStorage(
-      new S3ObjectStore(client, { bucket: storage.bucket, prefix: MEDIA_PREFIX, cacheControl: MEDIA_CACHE_CONTROL }),
+      new S3ObjectStore(client, {
+        bucket: storage.bucket,
+        prefix: MEDIA_PREFIX,
+        cacheControl: STORED_MEDIA_CACHE_CONTROL,
+      }),
       new S3ObjectStore(client, { bucket: storage.bucket, prefix: INPUT_PREFIX }),
       client,
     );

@@ -6,11 +6,15 @@ const OUTPUT_FILES = {
 
 export type OutputKind = keyof typeof OUTPUT_FILES;
 
+/** The longest any cache may keep a result the /media route sent: a delete must reach clients within it. */
+export const MEDIA_URL_MAX_AGE_SECONDS = 3600;
+
 /**
- * Results never change once written (fixed keys, one outcome per job), so every cache may keep them for a year:
- * sent by the /media route, and stored on S3 objects for a CDN or the bucket to send.
+ * Stored on S3 objects, for a CDN or public bucket that serves them straight (MEDIA_PUBLIC_BASE_URL, the operator's
+ * choice of public results): a shared cache may then keep a deleted result for at most this hour. Presigned GETs and
+ * the /media route send their own, private, Cache-Control.
  */
-export const MEDIA_CACHE_CONTROL = 'public, max-age=31536000, immutable';
+export const STORED_MEDIA_CACHE_CONTROL = `public, max-age=${MEDIA_URL_MAX_AGE_SECONDS}`;
 
 /** The first segment of every media path; on S3 also the media store's prefix, so an object's key is its path. */
 export const MEDIA_PREFIX = 'media/';

@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
+import { unlinkSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { buffer } from 'node:stream/consumers';
 import { inputKey, itemIdOfInputKey, outputKey } from './media.js';
 import { LocalObjectStore } from './object-store.js';
 
@@ -64,6 +66,19 @@ describe('LocalObjectStore', () => {
 
     expect(await readdir(root)).toEqual([neighbour]);
     expect((await sut.get(outputKey(neighbour, 'stock'))).toString()).toBe('kept');
+  });
+
+  it('reads an object opened before its removal whole, and opens none once it is removed', async () => {
+    const key = outputKey(randomUUID(), 'stock');
+    await sut.put(key, Buffer.from('the whole image'));
+
+    const opened = await sut.open(key);
+    // At once, before the stream reads anything: the delete of an item racing its download.
+    unlinkSync(join(root, key));
+
+    expect(opened?.size).toBe('the whole image'.length);
+    expect((await buffer(opened!.stream)).toString()).toBe('the whole image');
+    expect(await sut.open(key)).toBeUndefined();
   });
 
   it('lists every object, in folders too, with when it was written; not a write in progress', async () => {

@@ -1,6 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { copyFile, mkdir, opendir, readdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import {
+  copyFile,
+  mkdir,
+  open,
+  opendir,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  stat,
+  unlink,
+  writeFile,
+} from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import type { Readable } from 'node:stream';
 
@@ -14,8 +25,16 @@ export abstract class ObjectStore {
   /** Moves a local file (an upload's temporary file) into the store. */
   abstract putFile(key: string, sourcePath: string): Promise<void>;
   abstract get(key: string): Promise<Buffer>;
-  /** A stream of the object, or undefined when there is none. */
+  /**
+   * The object, opened: undefined when there is none now; once opened, it is read whole even if it is removed
+   * meanwhile, so an answer that promised its size keeps the promise.
+   */
   abstract open(key: string): Promise<{ stream: Readable; size: number } | undefined>;
+  /**
+   * A URL the store itself serves the object at for `seconds`, with `Cache-Control: cacheControl`; undefined for a
+   * store that serves nothing itself (the local disk).
+   */
+  abstract presignedGet(key: string, seconds: number, cacheControl: string): Promise<string | undefined>;
   /** Removes these objects; one that is not there is no error. */
   abstract delete(keys: readonly string[]): Promise<void>;
   /** Removes every object whose key starts with `prefix/`. */
@@ -104,15 +123,29 @@ export class LocalObjectStore extends ObjectStore {
   }
 
   async open(key: string): Promise<{ stream: Readable; size: number } | undefined> {
-    const path = this.pathOf(key);
+    // The size is the open file's: a file removed (unlinked) after this is still read whole through the handle, where
+    // a stat and then a stream opened by path would find nothing to read and cut the answer short.
+    const handle = await open(this.pathOf(key), 'r').catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return undefined;
+      throw error;
+    });
+    if (!handle) return undefined;
     try {
-      const info = await stat(path);
-      if (!info.isFile()) return undefined;
-      return { stream: createReadStream(path), size: info.size };
+      const info = await handle.stat();
+      if (!info.isFile()) {
+        await handle.close();
+        return undefined;
+      }
+      return { stream: handle.createReadStream(), size: info.size };
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      await handle.close();
       throw error;
     }
+  }
+
+  /** Files on disk have no URL of their own: the /media route sends them. */
+  presignedGet(): Promise<undefined> {
+    return Promise.resolve(undefined);
   }
 
   async delete(keys: readonly string[]): Promise<void> {

@@ -11,6 +11,7 @@ import {
   PutObjectCommand,
   S3Client,
 } from '@aws-sdk/client-s3';
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import type { StorageSetting } from '../config/config.js';
 import { outputContentType } from './media.js';
 import { assertSafeKey, ObjectStore, type StoredObject } from './object-store.js';
@@ -103,6 +104,16 @@ export class S3ObjectStore extends ObjectStore {
       if (error instanceof NoSuchKey) return undefined;
       throw error;
     }
+  }
+
+  /** A presigned GET, whose answer carries `cacheControl` whatever the object was stored with. */
+  presignedGet(key: string, seconds: number, cacheControl: string): Promise<string> {
+    const command = new GetObjectCommand({
+      Bucket: this.options.bucket,
+      Key: this.objectKey(key),
+      ResponseCacheControl: cacheControl,
+    });
+    return getSignedUrl(this.client, command, { expiresIn: seconds });
   }
 
   async delete(keys: readonly string[]): Promise<void> {

@@ -1,7 +1,8 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type BeforeApplicationShutdown } from '@nestjs/common';
 import { Webhook } from 'standardwebhooks';
 import { AppConfig } from '../config/config.js';
-import { HistoryItemDto } from '../jobs/history-item.dto.js';
+import { HistoryItemDto, type ItemSettings } from '../jobs/history-item.dto.js';
+import { MediaUrls } from '../media/media-urls.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
 import { JobEvents } from '../jobs/job-events.js';
 import { Metrics } from '../metrics/metrics.js';
@@ -21,6 +22,8 @@ const DELIVERY_CONCURRENCY = 16;
 export class WebhookDeliveries implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger(WebhookDeliveries.name);
 
+  private readonly itemSettings: ItemSettings;
+
   constructor(
     private readonly events: JobEvents,
     private readonly queue: WebhookQueue,
@@ -28,7 +31,10 @@ export class WebhookDeliveries implements OnApplicationBootstrap, BeforeApplicat
     private readonly webhooks: WebhooksService,
     private readonly metrics: Metrics,
     private readonly config: AppConfig,
-  ) {}
+    mediaUrls: MediaUrls,
+  ) {
+    this.itemSettings = { historyRetentionMs: config.historyRetentionMs, mediaUrls };
+  }
 
   onApplicationBootstrap(): void {
     this.events.subscribe(async (event) => {
@@ -53,7 +59,7 @@ export class WebhookDeliveries implements OnApplicationBootstrap, BeforeApplicat
     const body = JSON.stringify({
       type: delivery.type,
       timestamp: (item.completedAt ?? item.updatedAt).toISOString(),
-      data: HistoryItemDto.from(item, this.config),
+      data: HistoryItemDto.from(item, this.itemSettings),
     });
     const messageId = `msg_${id}`;
     const signedAt = new Date();

@@ -46,14 +46,31 @@ function watchForErrors(page: Page): string[] {
   return errors;
 }
 
-/** Waits until the result shows the full-resolution image, loaded (a broken image has no natural size). */
-const resultRendered = (page: Page) =>
-  page.waitForFunction(
-    `(() => {
-      const image = document.getElementById('result-image');
-      return image.complete && image.naturalWidth > 0 && image.src.endsWith('stock.jpg');
-    })()`,
-  );
+interface ImageElement {
+  complete: boolean;
+  naturalWidth: number;
+  addEventListener(type: 'load' | 'error', listener: () => void, options: { once: true }): void;
+}
+
+/**
+ * Waits until the result shows the full-resolution image (its signed URL), and until it has loaded or failed; a
+ * broken image has no natural size. Events and selectors, not a polled expression: the service's Content-Security-
+ * Policy forbids the eval a polled string would need.
+ */
+async function resultRendered(page: Page): Promise<void> {
+  const image = page.locator('#result-image[src*="/stock.jpg?"]');
+  await image.waitFor();
+  const naturalWidth = await image.evaluate((element) => {
+    const shown = element as unknown as ImageElement;
+    if (shown.complete) return shown.naturalWidth;
+    return new Promise<number>((resolve) => {
+      for (const type of ['load', 'error'] as const) {
+        shown.addEventListener(type, () => resolve(shown.naturalWidth), { once: true });
+      }
+    });
+  });
+  expect(naturalWidth).toBeGreaterThan(0);
+}
 
 /** The fraction a progress bar shows (its value); null while it is indeterminate (no value). */
 async function shownProgress(bar: Locator): Promise<number | null> {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { GetObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
-import { MEDIA_CACHE_CONTROL } from '../../src/media/media.js';
+import { STORED_MEDIA_CACHE_CONTROL } from '../../src/media/media.js';
 import { S3ObjectStore } from '../../src/media/s3-object-store.js';
 import { type S3Server, startS3Server } from '../support/s3rver.js';
 
@@ -46,7 +46,7 @@ describe('S3ObjectStore', () => {
   });
 
   it("stores an output's Content-Type and the store's Cache-Control, so the bucket can serve it as is", async () => {
-    const sut = storeAt('media/', { cacheControl: MEDIA_CACHE_CONTROL });
+    const sut = storeAt('media/', { cacheControl: STORED_MEDIA_CACHE_CONTROL });
     const id = randomUUID();
 
     await sut.put(`${id}/preview.webp`, Buffer.from('webp bytes'));
@@ -54,7 +54,7 @@ describe('S3ObjectStore', () => {
     const object = await s3.client.send(new GetObjectCommand({ Bucket: s3.bucket, Key: `media/${id}/preview.webp` }));
     await object.Body!.transformToByteArray();
     expect(object.ContentType).toBe('image/webp');
-    expect(object.CacheControl).toBe(MEDIA_CACHE_CONTROL);
+    expect(object.CacheControl).toBe(STORED_MEDIA_CACHE_CONTROL);
   });
 
   it('replaces an object whole when the same key is put again', async () => {

@@ -53,6 +53,8 @@ export async function createTestEnvironment(servers: EnvironmentServers = {}): P
       INPUT_ROOT: join(dataDir, 'inputs'),
       UPLOAD_TMP_DIR: join(dataDir, 'tmp'),
       LOG_LEVEL: 'warn',
+      // On PostgreSQL every process must be given one; the processes of a test share it, as replicas do.
+      MEDIA_SIGNING_KEY: randomBytes(32).toString('base64url'),
     },
     async dispose() {
       await deleteRedisNamespace(redisUrl, name);

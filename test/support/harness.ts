@@ -11,6 +11,7 @@ import { GENERATION_QUEUE } from '../../src/queue/queues.js';
 import { createTestEnvironment, type EnvironmentServers, type TestEnvironment } from './environment.js';
 import { type FakeCog, type FakeCogBehaviour, startFakeCog } from './fake-cog.js';
 import { makeImage } from './jobs.js';
+import { signedMediaPath, signedPathOf } from './media.js';
 import { createUserWithKey, type RunningService, startService } from './service.js';
 import { type Answer, Client, createJob, type HistoryItemBody, type ItemOrProblem, waitForFinal } from './client.js';
 
@@ -386,7 +387,7 @@ export interface Outputs {
 }
 
 /**
- * A complete item as the contract promises it: relative media paths, the absolute output URL, a completion time,
+ * A complete item as the contract promises it: signed relative media paths, the absolute output URL, a completion time,
  * and two files that decode as what their names say (the preview at most 512 px on its long side).
  */
 export async function expectCompleteWithOutputs(baseUrl: string, item: HistoryItemBody): Promise<Outputs> {
@@ -394,11 +395,12 @@ export async function expectCompleteWithOutputs(baseUrl: string, item: HistoryIt
   expect(item).toMatchObject({
     status: 'complete',
     error: null,
-    preview_url: `media/${id}/preview.webp`,
-    stock_url: `media/${id}/stock.jpg`,
-    output_url: expect.stringMatching(new RegExp(`/media/${id}/stock\\.jpg$`)),
+    preview_url: expect.stringMatching(signedPathOf(id, 'preview.webp')),
+    stock_url: expect.stringMatching(signedPathOf(id, 'stock.jpg')),
+    output_url: expect.stringMatching(new RegExp(`/${signedPathOf(id, 'stock.jpg').source.slice(1)}`)),
     completed_at: expect.any(String),
   });
+  expect(item.output_url!.endsWith(`/${item.stock_url}`)).toBe(true);
   const files = await Promise.all(
     [item.stock_url!, item.preview_url!].map(async (path) => {
       const response = await fetch(new URL(path, `${baseUrl}/`));
@@ -444,8 +446,8 @@ export async function expectFailedLeavingNothing(
 }
 
 export async function expectNoMedia(env: TestEnvironment, baseUrl: string, id: string): Promise<void> {
-  for (const file of ['preview.webp', 'stock.jpg']) {
-    const response = await fetch(`${baseUrl}/media/${id}/${file}`);
+  for (const file of ['preview.webp', 'stock.jpg'] as const) {
+    const response = await fetch(`${baseUrl}/${signedMediaPath(env.serviceEnv, id, file)}`);
     expect(response.status).toBe(404);
     await response.body?.cancel();
   }

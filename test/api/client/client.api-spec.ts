@@ -8,6 +8,7 @@ import { ImageServer } from '../../support/image-server.js';
 import { type RunningMock, startMock } from '../../support/mock.js';
 import { type ScriptedEvents, startScriptedEvents } from '../../support/scripted-events.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
+import { unsignedItem } from '../../support/media.js';
 
 const example = (path: string) => readFile(`docs/examples/${path}`);
 
@@ -68,7 +69,8 @@ describe('the typed client against the service', () => {
     expect(reported).toEqual([...reported].sort((a, b) => a - b));
     const stock = await fetch(client.mediaUrl(item.stock_url!));
     expect([stock.status, stock.headers.get('content-type')]).toEqual([200, 'image/jpeg']);
-    expect(await client.item(item.history_item_id)).toEqual(item);
+    // The same item, its media URLs signed afresh by the read.
+    expect(unsignedItem(await client.item(item.history_item_id))).toEqual(unsignedItem(item));
   }, 60_000);
 
   it('creates a job from a stored file and an image URL, and stores, reads and deletes files', async () => {
@@ -323,6 +325,7 @@ describe('the typed client against the mock', () => {
  */
 describe('the typed client following the progress of a job', () => {
   const id = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
+  const signed = 'expires=1748782814&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw';
   const pending = (progress: number | null): HistoryItem => ({
     history_item_id: id,
     tool: 'fashion_swap',
@@ -338,14 +341,16 @@ describe('the typed client following the progress of a job', () => {
     completed_at: null,
     progress,
     expires_at: null,
+    media_urls_expire_at: null,
     webhook: null,
   });
   const complete: HistoryItem = {
     ...pending(1),
     status: 'complete',
-    preview_url: `media/${id}/preview.webp`,
-    stock_url: `media/${id}/stock.jpg`,
-    output_url: `http://localhost:3000/media/${id}/stock.jpg`,
+    preview_url: `media/${id}/preview.webp?${signed}`,
+    stock_url: `media/${id}/stock.jpg?${signed}`,
+    output_url: `http://localhost:3000/media/${id}/stock.jpg?${signed}`,
+    media_urls_expire_at: '2025-06-01T13:00:14.000Z',
     updated_at: '2025-06-01T12:00:14.512Z',
     completed_at: '2025-06-01T12:00:14.512Z',
   };

@@ -9,6 +9,7 @@ import { inputsFor } from '../../support/jobs.js';
 import { WEBHOOK_QUEUE } from '../../../src/queue/queues.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { fetchMedia } from '../../support/history.js';
+import { signedMediaPath } from '../../support/media.js';
 import { type Answer, Client, type ProblemBody, postJob, waitForFinal } from '../../support/client.js';
 
 const MISSING_ID = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
@@ -208,8 +209,8 @@ describe('DELETE /user/generation-history/{id}', () => {
       const later = await createJob(all.baseUrl, key);
       expect((await waitForFinal(all.baseUrl, key, later)).status).toBe('complete');
 
-      for (const file of ['preview.webp', 'stock.jpg']) {
-        expect(await fetchMedia(all.baseUrl, `media/${id}/${file}`)).toMatchObject({ status: 404 });
+      for (const file of ['preview.webp', 'stock.jpg'] as const) {
+        expect(await fetchMedia(all.baseUrl, signedMediaPath(env.serviceEnv, id, file))).toMatchObject({ status: 404 });
       }
       expect(await filesUnder(mediaRoot, id)).toBeUndefined();
       expect(await storedInputs(env, id)).toEqual([]);

@@ -5,6 +5,7 @@ import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { fetchMedia } from '../../support/history.js';
 import { Client, type HistoryItemBody, postJob, waitForFinal } from '../../support/client.js';
+import { unsignedItem } from '../../support/media.js';
 
 /** Every route of the contract that names a user's history item, with a request that would change it. */
 const ID_ROUTES: Record<string, { method: string; pathTemplate: string; path: (id: string) => string; body?: string }> =
@@ -34,6 +35,12 @@ const ID_ROUTES: Record<string, { method: string; pathTemplate: string; path: (i
       method: 'DELETE',
       pathTemplate: '/user/generation-history/{id}',
       path: (id) => `/user/generation-history/${id}`,
+    },
+    // A result, by key rather than by its signed URL: another user's key finds nothing there.
+    'GET /media/{id}/{file}': {
+      method: 'GET',
+      pathTemplate: '/media/{id}/{file}',
+      path: (id) => `/media/${id}/stock.jpg`,
     },
   };
 
@@ -81,7 +88,7 @@ describe('one user’s history items, seen by another user', () => {
           .filter(([method, operation]) => {
             if (!['get', 'put', 'post', 'patch', 'delete'].includes(method)) return false;
             const security = (operation as { security?: unknown[] }).security;
-            // Public routes (media) are reachable by anyone by design.
+            // Public routes (health, the contract) name no item.
             return security === undefined || security.length > 0;
           })
           .map(([method]) => `${method.toUpperCase()} ${path}`),
@@ -115,7 +122,8 @@ describe('one user’s history items, seen by another user', () => {
 
       const { status, body } = await owner.get(id);
       expect(status).toBe(200);
-      expect(body).toEqual(original);
+      // Unchanged; its media URLs are signed afresh on each read.
+      expect(unsignedItem(body)).toEqual(unsignedItem(original));
       expect(body).toMatchObject({ status: 'complete', like: true });
       for (const path of [body.preview_url!, body.stock_url!]) {
         const media = await fetchMedia(sut.baseUrl, path);

@@ -11,6 +11,7 @@ import {
   userIdOf,
 } from '../../support/history.js';
 import { Client, type HistoryPageBody } from '../../support/client.js';
+import { signedPathOf, unsignedItem } from '../../support/media.js';
 
 const STATUSES: Status[] = ['pending', 'complete', 'error'];
 const BASE_TIME = Date.parse('2025-03-01T10:00:00.000Z');
@@ -125,7 +126,8 @@ describe('GET /user/generation-history', () => {
       for (const item of body.items) {
         const single = await client.get(item.history_item_id);
         expect(single.status).toBe(200);
-        expect(item).toEqual(single.body);
+        // Its media URLs are signed afresh by each read.
+        expect(unsignedItem(item)).toEqual(unsignedItem(single.body));
       }
     });
 
@@ -142,8 +144,8 @@ describe('GET /user/generation-history', () => {
           created_at: seeded.createdAt,
         });
         if (seeded.status === 'complete') {
-          expect(item.preview_url).toBe(`media/${seeded.id}/preview.webp`);
-          expect(item.stock_url).toBe(`media/${seeded.id}/stock.jpg`);
+          expect(item.preview_url).toMatch(signedPathOf(seeded.id, 'preview.webp'));
+          expect(item.stock_url).toMatch(signedPathOf(seeded.id, 'stock.jpg'));
         } else {
           expect([item.preview_url, item.stock_url, item.output_url]).toEqual([null, null, null]);
         }

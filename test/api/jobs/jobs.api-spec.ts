@@ -3,6 +3,7 @@ import sharp from 'sharp';
 import { CARD_HEIGHT, CARD_WIDTH } from '../../../src/engines/index.js';
 import { expectMatchesContract } from '../../support/contract.js';
 import { imageInputsOf, makeImage, makePerson, PERSON_SIZE, withLeadingMetadata } from '../../support/jobs.js';
+import { signedPathOf, unsigned } from '../../support/media.js';
 import { serviceForBlock } from '../../support/service-block.js';
 import { createUserWithKey } from '../../support/service.js';
 import { file, UUID } from '../../support/uploads.js';
@@ -100,8 +101,8 @@ async function expectAccepted(response: Response): Promise<JobAcceptedBody> {
   expect(body.history_item_id).toMatch(UUID);
   expect(body).toEqual({
     history_item_id: body.history_item_id,
-    preview_image: `media/${body.history_item_id}/preview.webp`,
-    stock_image: `media/${body.history_item_id}/stock.jpg`,
+    preview_image: expect.stringMatching(signedPathOf(body.history_item_id, 'preview.webp')),
+    stock_image: expect.stringMatching(signedPathOf(body.history_item_id, 'stock.jpg')),
     status: 'pending',
   });
   expect(response.headers.get('location')).toBe(`/user/generation-history/${body.history_item_id}`);
@@ -135,11 +136,12 @@ describe('job creation with a worker running', () => {
     await expectMatchesContract(response, 'GET', '/media/{id}/{file}');
     expect(response.headers.get('content-type')).toBe(contentType);
     expect(response.headers.get('x-content-type-options')).toBe('nosniff');
+    // Kept by the client alone, and no longer than the signed URL works (an hour here): a delete reaches every cache.
     const cacheControl = response.headers.get('cache-control') ?? '';
-    expect(cacheControl).toMatch(/\bpublic\b/);
-    expect(cacheControl).not.toMatch(/no-store|no-cache|private/);
-    // Long-lived: at least 30 days (a result never changes once written).
-    expect(Number(/max-age=(\d+)/.exec(cacheControl)?.[1] ?? 0)).toBeGreaterThanOrEqual(30 * 24 * 3600);
+    expect(cacheControl).toMatch(/^private, max-age=\d+$/);
+    const maxAge = Number(/max-age=(\d+)/.exec(cacheControl)![1]);
+    expect(maxAge).toBeGreaterThan(0);
+    expect(maxAge).toBeLessThanOrEqual(3600);
     return Buffer.from(await response.arrayBuffer());
   }
 
@@ -162,9 +164,10 @@ describe('job creation with a worker running', () => {
           tool: variant.tool,
           generation_type: variant.generationType,
           status: 'complete',
-          preview_url: accepted.preview_image,
-          stock_url: accepted.stock_image,
-          output_url: `https://images.example.test/${accepted.stock_image}`,
+          // The paths creation named, signed afresh for this read.
+          preview_url: expect.stringMatching(signedPathOf(accepted.history_item_id, 'preview.webp')),
+          stock_url: expect.stringMatching(signedPathOf(accepted.history_item_id, 'stock.jpg')),
+          output_url: `https://images.example.test/${item.stock_url}`,
           like: null,
           error: null,
           created_at: expect.any(String),
@@ -173,8 +176,17 @@ describe('job creation with a worker running', () => {
           progress: 1,
           // Kept until deleted: this service runs without HISTORY_RETENTION.
           expires_at: null,
+          media_urls_expire_at: expect.any(String),
           webhook: null,
         });
+        expect([unsigned(item.preview_url!), unsigned(item.stock_url!)]).toEqual([
+          unsigned(accepted.preview_image),
+          unsigned(accepted.stock_image),
+        ]);
+        // MEDIA_URL_TTL is its default, an hour, from the read (which came after the job completed).
+        const expires = Number(new URL(item.stock_url!, 'http://x/').searchParams.get('expires'));
+        expect(new Date(expires * 1000).toISOString()).toBe(item.media_urls_expire_at);
+        expect(expires * 1000).toBeGreaterThanOrEqual(Date.parse(item.completed_at!) + 3_600_000 - 1000);
         const created = Date.parse(item.created_at);
         expect(Date.parse(item.completed_at as string)).toBeGreaterThanOrEqual(created);
         expect(Date.parse(item.updated_at)).toBeGreaterThanOrEqual(created);
@@ -322,6 +334,7 @@ describe('a job while it is pending (no worker running)', () => {
       // Queued, with no worker: nothing has been reported.
       progress: null,
       expires_at: null,
+      media_urls_expire_at: null,
       webhook: null,
     });
     for (const path of [accepted.preview_image, accepted.stock_image]) {

@@ -385,15 +385,42 @@ describe('the mock server (npm run mock)', () => {
   it.each([
     ['stock.jpg', 'image/jpeg', 'jpeg'],
     ['preview.webp', 'image/webp', 'webp'],
-  ])('answers a media path (%s) with a real example image', async (file, contentType, format) => {
-    // The complete item of the contract's examples.
-    const response = await sut(`/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/${file}`, {});
+  ])(
+    'answers a signed media URL (%s) with a real example image, as the service does',
+    async (file, contentType, format) => {
+      // The complete item of the contract's examples, signed afresh by the mock, on the mock's own origin.
+      const item = (await (await sut('/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44')).json()) as {
+        preview_url: string;
+        stock_url: string;
+        output_url: string;
+        media_urls_expire_at: string;
+      };
+      expect(item.output_url).toBe(`${baseUrl}/${item.stock_url}`);
+      expect(Date.parse(item.media_urls_expire_at)).toBeGreaterThan(Date.now());
+      const path = file === 'stock.jpg' ? item.stock_url : item.preview_url;
 
-    expect(response.status).toBe(200);
-    expect(response.headers.get('content-type')).toBe(contentType);
-    const image = await sharp(Buffer.from(await response.arrayBuffer())).metadata();
-    expect(image.format).toBe(format);
-    expect(Math.max(image.width, image.height)).toBeGreaterThanOrEqual(file === 'stock.jpg' ? 600 : 400);
+      const response = await sut(`/${path}`, {});
+
+      expect(response.status).toBe(200);
+      expect(response.headers.get('content-type')).toBe(contentType);
+      expect(response.headers.get('cache-control')).toMatch(/^private, max-age=\d+$/);
+      const image = await sharp(Buffer.from(await response.arrayBuffer())).metadata();
+      expect(image.format).toBe(format);
+      expect(Math.max(image.width, image.height)).toBeGreaterThanOrEqual(file === 'stock.jpg' ? 600 : 400);
+    },
+  );
+
+  it('refuses an unsigned media path and an altered signature with 403, as the service does', async () => {
+    const unsigned = await sut('/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg', {});
+    const altered = await sut(
+      '/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw',
+      {},
+    );
+
+    for (const response of [unsigned, altered]) {
+      expect(response.status).toBe(403);
+      expect(await response.json()).toMatchObject({ code: 'media_url_invalid' });
+    }
   });
 
   it('serves the playground page and its script', async () => {

@@ -5,6 +5,7 @@ import { inputsFor } from '../../support/jobs.js';
 import { waitUntil } from '../../support/harness.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { filesUnder } from '../../support/uploads.js';
+import { signedMediaPath, unsigned } from '../../support/media.js';
 import { type RefusingProxy, type S3Server, startRefusingProxy, startS3Server } from '../../support/s3rver.js';
 import { Client, type JobAcceptedBody, postJob, waitForFinal } from '../../support/client.js';
 
@@ -44,12 +45,11 @@ describe('the service with STORAGE=s3', () => {
     worker = await startService({ ...serviceEnv, ROLE: 'worker' });
     const item = await waitForFinal(api.baseUrl, apiKey, id, 45_000);
 
-    expect(item).toMatchObject({
-      status: 'complete',
-      preview_url: preview_image,
-      stock_url: stock_image,
-      output_url: `${bucketUrl}/${stock_image}`,
-    });
+    expect(item).toMatchObject({ status: 'complete', output_url: `${bucketUrl}/${item.stock_url}` });
+    expect([unsigned(item.preview_url!), unsigned(item.stock_url!)]).toEqual([
+      unsigned(preview_image),
+      unsigned(stock_image),
+    ]);
     expect(await s3.keys(`media/${id}/`)).toEqual([`media/${id}/preview.webp`, `media/${id}/stock.jpg`]);
     expect(await s3.keys(`inputs/${id}-`)).toEqual([]);
 
@@ -64,11 +64,12 @@ describe('the service with STORAGE=s3', () => {
     expect(preview.headers.get('content-type')).toBe('image/webp');
     expect((await sharp(Buffer.from(await preview.arrayBuffer())).metadata()).format).toBe('webp');
 
-    // output_url: the same bytes straight from the bucket, with the headers a CDN would pass on.
+    // output_url: the same bytes straight from the bucket (MEDIA_PUBLIC_BASE_URL, the operator's choice of public
+    // results), with the headers a CDN would pass on: cached an hour at most, so a delete reaches it within one.
     const fromBucket = await fetch(item.output_url!);
     expect(fromBucket.status).toBe(200);
     expect(fromBucket.headers.get('content-type')).toBe('image/jpeg');
-    expect(fromBucket.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+    expect(fromBucket.headers.get('cache-control')).toBe('public, max-age=3600');
     expect(Buffer.from(await fromBucket.arrayBuffer()).equals(stock)).toBe(true);
 
     const deleted = await new Client(api.baseUrl, apiKey).delete(id);
@@ -101,7 +102,8 @@ describe('the service with STORAGE=s3', () => {
   }, 90_000);
 
   it('answers 404 for a media path the bucket does not have', async () => {
-    const response = await fetch(`${api.baseUrl}/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg`);
+    const path = signedMediaPath(serviceEnv, '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44', 'stock.jpg');
+    const response = await fetch(`${api.baseUrl}/${path}`);
 
     expect(response.status).toBe(404);
     await expectMatchesContract(response, 'GET', '/media/{id}/{file}');

@@ -13,11 +13,13 @@ import {
   createUser,
   final,
   getItem,
+  query,
   submit,
   uniqueImage,
   waitUntil,
   WorkerWorld,
 } from '../../support/harness.js';
+import { signedMediaPath } from '../../support/media.js';
 import { type OtlpReceiver, startOtlpReceiver } from '../../support/otlp-receiver.js';
 import { startS3Server } from '../../support/s3rver.js';
 import type { RunningService } from '../../support/service.js';
@@ -306,8 +308,18 @@ describe('traces', () => {
           OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
           ...QUICK_EXPORT,
         });
+        // Served only while its item exists: a complete item of a user's, as a job would have left it.
+        const { userId } = await createUser(world.env);
+        await query(
+          world.env,
+          `INSERT INTO history_items (id, user_id, tool, generation_type, status, inputs, completed_at)
+           VALUES ($1, $2, 'default', 'enhance', 'complete', '{}', now())`,
+          [id, userId],
+        );
         const seen = receiver.spans.length;
-        expect((await fetch(`${sut.baseUrl}/media/${id}/stock.jpg`)).status).toBe(200);
+        const media = await fetch(`${sut.baseUrl}/${signedMediaPath(world.env.serviceEnv, id, 'stock.jpg')}`);
+        expect(media.status).toBe(200);
+        await media.arrayBuffer();
         // A traced request after it: once its span is in, any span of the read would be too.
         expect((await fetch(`${sut.baseUrl}/no/such/path`, { method: 'POST' })).status).toBe(404);
         await world.processes.stop(sut);

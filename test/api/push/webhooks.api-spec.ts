@@ -5,6 +5,7 @@ import { Webhook } from 'standardwebhooks';
 import { bearer, Client, type HistoryItemBody, postJob } from '../../support/client.js';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createUser, query, uniqueImage, waitUntil, WorkerWorld } from '../../support/harness.js';
+import { unsigned } from '../../support/media.js';
 import type { RunningService } from '../../support/service.js';
 
 /** One POST the receiver got. */
@@ -111,7 +112,13 @@ describe('webhooks', () => {
     };
     const item = await itemOf(api, user.key, id);
     expect(event.type).toBe('generation.completed');
-    expect(event.data).toMatchObject({ history_item_id: id, status: 'complete', stock_url: item.stock_url });
+    expect(event.data).toMatchObject({ history_item_id: id, status: 'complete' });
+    expect(unsigned(event.data.stock_url!)).toBe(unsigned(item.stock_url!));
+    // Signed: the receiver downloads the result with no key.
+    const result = await fetch(`${api.baseUrl}/${event.data.stock_url}`);
+    expect(result.status).toBe(200);
+    expect(result.headers.get('content-type')).toBe('image/jpeg');
+    await result.arrayBuffer();
     expect(delivery.headers['webhook-id']).toBe(`msg_${id}`);
     expect(item.webhook).toMatchObject({ url: receiver.url, state: 'delivered', attempts: 1, last_status: 200 });
     expect(receiver.received.slice(before)).toHaveLength(1);
@@ -172,6 +179,12 @@ describe('webhooks', () => {
 
     const attempts = receiver.received.slice(before);
     expect(attempts.map((attempt) => attempt.headers['webhook-id'])).toEqual([`msg_${id}`, `msg_${id}`]);
+    // Each attempt signs the media URLs afresh (3 s apart here): a retry hours later still carries working ones.
+    const expiresOf = (attempt: { body: string }) => {
+      const { data } = JSON.parse(attempt.body) as { data: HistoryItemBody };
+      return Number(new URL(data.stock_url!, 'http://localhost/').searchParams.get('expires'));
+    };
+    expect(expiresOf(attempts[1])).toBeGreaterThan(expiresOf(attempts[0]));
     await world.processes.stop(worker);
     allowingWorker = await world.processes.start('worker', allowances);
   }, 60_000);

@@ -4,6 +4,7 @@ import { type PrivateServer, startPrivateRedis } from '../../support/private-ser
 import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { inputsFor } from '../../support/jobs.js';
+import { signedMediaPath } from '../../support/media.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { postJob } from '../../support/client.js';
 
@@ -135,7 +136,8 @@ describe('failed authentications per client address', () => {
 
     expect((await fetch(`${sut.baseUrl}/health/live`, { headers: from })).status).toBe(200);
     expect((await fetch(`${sut.baseUrl}/openapi.json`, { headers: from })).status).toBe(200);
-    expect((await fetch(`${sut.baseUrl}/media/${randomUUID()}/preview.webp`, { headers: from })).status).toBe(404);
+    const media = `${sut.baseUrl}/${signedMediaPath(env.serviceEnv, randomUUID(), 'preview.webp')}`;
+    expect((await fetch(media, { headers: from })).status).toBe(404);
   });
 
   it('does not count successes, nor let them reset the count', async () => {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { expectMatchesContract } from '../../support/contract.js';
 import { inputsFor } from '../../support/jobs.js';
+import { signedMediaPath } from '../../support/media.js';
 import { serviceForBlock } from '../../support/service-block.js';
 import { createUserWithKey } from '../../support/service.js';
 import { bearer, postJob, waitForFinal } from '../../support/client.js';
@@ -60,6 +61,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
 
   // Raw requests: this file is about the headers themselves, on every kind of answer.
   const auth = () => bearer(apiKey);
+  const signed = (id: string, file: 'preview.webp' | 'stock.jpg') => signedMediaPath(block.env.serviceEnv, id, file);
 
   /** One request of every kind: success and error, API and media, JSON, YAML, problem and image. */
   function everyKind(): { what: string; send: () => Promise<Response> }[] {
@@ -92,9 +94,11 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
         what: 'POST a job without a body (400)',
         send: () => fetch(`${block.sut.baseUrl}/generation/generate_image_v2/`, { method: 'POST', headers: auth() }),
       },
-      { what: 'GET /media preview (200)', send: get(`/media/${itemId}/preview.webp`) },
-      { what: 'GET /media stock (200)', send: get(`/media/${itemId}/stock.jpg`) },
-      { what: 'GET /media of nothing (404)', send: get(`/media/${randomUUID()}/preview.webp`) },
+      { what: 'GET /media preview (200)', send: get(`/${signed(itemId, 'preview.webp')}`) },
+      { what: 'GET /media stock (200)', send: get(`/${signed(itemId, 'stock.jpg')}`) },
+      { what: 'GET /media stock with the key (200)', send: get(`/media/${itemId}/stock.jpg`, auth()) },
+      { what: 'GET /media unsigned (403)', send: get(`/media/${itemId}/stock.jpg`) },
+      { what: 'GET /media of nothing (404)', send: get(`/${signed(randomUUID(), 'preview.webp')}`) },
       { what: 'GET /health/live', send: get('/health/live') },
       { what: 'GET /health/ready', send: get('/health/ready') },
       { what: 'GET /openapi.json', send: get('/openapi.json') },
@@ -143,7 +147,7 @@ describe('security headers, with CORS closed (no CORS_ORIGINS)', () => {
   });
 
   it('lets frontends on other origins embed result images, and only those', async () => {
-    const media = await fetch(`${block.sut.baseUrl}/media/${itemId}/preview.webp`);
+    const media = await fetch(`${block.sut.baseUrl}/${signed(itemId, 'preview.webp')}`);
     const api = await fetch(`${block.sut.baseUrl}/generation/tools`, { headers: auth() });
 
     expect(media.status).toBe(200);

@@ -7,6 +7,7 @@ import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, freePort, type RunningService, startService } from '../../support/service.js';
 import { completeItems } from '../../support/history.js';
 import { postJob } from '../../support/client.js';
+import { type ResultFile, signedMediaPath } from '../../support/media.js';
 
 /**
  * Every operation, in success and error cases, through `prism proxy`, which checks each live answer against the
@@ -72,7 +73,8 @@ interface Items {
   pending: string;
 }
 
-function corpus(items: Items): Case[] {
+/** `sign` gives a result's path signed as the service signs it. */
+function corpus(items: Items, sign: (id: string, file: ResultFile) => string): Case[] {
   const { complete, deletable, pending } = items;
   const missing = randomUUID();
   const feedback = (id: string) => `/user/generation-history/feedback/${id}`;
@@ -214,12 +216,21 @@ function corpus(items: Items): Case[] {
       json: { like: true },
       key: 'wrong',
     },
-    { name: 'the preview', method: 'GET', path: `/media/${complete}/preview.webp`, status: 200, key: 'none' },
-    { name: 'the stock image', method: 'GET', path: `/media/${complete}/stock.jpg`, status: 200, key: 'none' },
+    { name: 'the preview', method: 'GET', path: `/${sign(complete, 'preview.webp')}`, status: 200, key: 'none' },
+    { name: 'the stock image', method: 'GET', path: `/${sign(complete, 'stock.jpg')}`, status: 200, key: 'none' },
+    { name: 'the stock image by its key', method: 'GET', path: `/media/${complete}/stock.jpg`, status: 200 },
+    { name: 'an unsigned media path', method: 'GET', path: `/media/${complete}/stock.jpg`, status: 403, key: 'none' },
+    {
+      name: "another user's media by their key",
+      method: 'GET',
+      path: `/media/${complete}/stock.jpg`,
+      status: 404,
+      key: 'other',
+    },
     {
       name: 'media of a missing item',
       method: 'GET',
-      path: `/media/${missing}/preview.webp`,
+      path: `/${sign(missing, 'preview.webp')}`,
       status: 404,
       key: 'none',
     },
@@ -260,7 +271,13 @@ function corpus(items: Items): Case[] {
     { name: 'deleting an item', method: 'DELETE', path: `/user/generation-history/${deletable}`, status: 204 },
     { name: 'deleting it again', method: 'DELETE', path: `/user/generation-history/${deletable}`, status: 404 },
     { name: 'reading a deleted item', method: 'GET', path: `/user/generation-history/${deletable}`, status: 404 },
-    { name: 'media of a deleted item', method: 'GET', path: `/media/${deletable}/stock.jpg`, status: 404, key: 'none' },
+    {
+      name: 'media of a deleted item',
+      method: 'GET',
+      path: `/${sign(deletable, 'stock.jpg')}`,
+      status: 404,
+      key: 'none',
+    },
     { name: 'liveness', method: 'GET', path: '/health/live', status: 200, key: 'none' },
     { name: 'readiness', method: 'GET', path: '/health/ready', status: 200, key: 'none' },
     { name: 'the contract as JSON', method: 'GET', path: '/openapi.json', status: 200, key: 'none' },
@@ -351,7 +368,7 @@ describe('the contract holds for live traffic through prism proxy', () => {
     'prism proxy $mode: no violation',
     async ({ mode, run }) => {
       const prism = run === 0 ? validating! : permissive!;
-      const requests = corpus(items[run]);
+      const requests = corpus(items[run], (id, file) => signedMediaPath(env.serviceEnv, id, file));
       const checked: Checked[] = [];
       for (const request of requests) checked.push(await check(prism, request));
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Client } from '../../support/client.js';
+import { signedMediaPath } from '../../support/media.js';
 import {
   cogEngine,
   getItem,
@@ -29,8 +30,8 @@ describe('deleting an item while its job runs', () => {
     let running = true;
     const loop = (async () => {
       while (running) {
-        for (const file of ['preview.webp', 'stock.jpg']) {
-          const response = await fetch(`${block.api.baseUrl}/media/${id}/${file}`);
+        for (const file of ['preview.webp', 'stock.jpg'] as const) {
+          const response = await fetch(`${block.api.baseUrl}/${signedMediaPath(block.env.serviceEnv, id, file)}`);
           await response.body?.cancel();
           if (response.status !== 404) seen.push(`GET ${file}: ${response.status}`);
         }
