@@ -603,6 +603,7 @@ describe('the production overlay, started here', () => {
       'igs-redis/url': env.redisUrl,
       'igs-s3/access-key-id': s3.serviceEnv.S3_ACCESS_KEY_ID,
       'igs-s3/secret-access-key': s3.serviceEnv.S3_SECRET_ACCESS_KEY,
+      'igs-media/signing-key': 'k'.repeat(48),
     };
     const value = values[`${name}/${key}`];
     if (value === undefined) throw new Error(`Secret ${name} key ${key}: no value for it here; add one to this test`);
