@@ -70,10 +70,22 @@ module.exports = {
     {
       name: 'engine-internals-private',
       comment:
-        'Outside src/engines/, engines are reached through their entry points (src/engines/index.ts, in-process.ts).',
+        "Outside src/engines/, engines are reached through their entry points (src/engines/index.ts, in-process.ts, and route-kinds.ts: the kinds' route checks, for the routing file's reader in config).",
       severity: 'error',
       from: { pathNot: '^src/engines/' },
-      to: { path: '^(src|dist)/engines/', pathNot: '^(src|dist)/engines/(index|in-process)\\.[jt]s$' },
+      to: { path: '^(src|dist)/engines/', pathNot: '^(src|dist)/engines/(index|in-process|route-kinds)\\.[jt]s$' },
+    },
+    {
+      name: 'route-kinds-for-config-only',
+      comment:
+        "The routing file's reader (config, infrastructure) runs the kinds' route checks: they import only config's types and each other, never an engine's run-time code.",
+      severity: 'error',
+      from: { path: '^src/engines/(route-kinds|model-routes|[^/]+/[^/]+\\.route)\\.ts$' },
+      to: {
+        path: '^src/',
+        pathNot:
+          '^src/config/(engines-file|engine-settings)\\.ts$|^src/engines/(model-routes|[^/]+/[^/]+\\.route)\\.ts$',
+      },
     },
     {
       name: 'local-engine-in-threads-only',

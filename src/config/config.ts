@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { CATALOG } from '../catalog/catalog.js';
+import { ROUTE_KINDS } from '../engines/route-kinds.js';
 import { parseDuration } from './duration.js';
 import type { CogRoute, CogServerSetting, EngineRouting } from './engine-settings.js';
 import { readEnginesFile } from './engines-file.js';
@@ -205,7 +206,7 @@ function engineRouting(env: NodeJS.ProcessEnv, read: EnvironmentVariables, probl
     routes: [] as EngineRouting['routes'][number][],
   };
   if (read.ENGINES_FILE !== undefined) {
-    const { file, problems: fileProblems } = readEnginesFile(read.ENGINES_FILE, env);
+    const { file, problems: fileProblems } = readEnginesFile(read.ENGINES_FILE, env, ROUTE_KINDS);
     problems.push(...fileProblems);
     routing.servers.push(...file.servers);
     routing.routes.push(...file.routes);

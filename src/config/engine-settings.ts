@@ -37,7 +37,8 @@ export interface ComfyServerSetting extends ServerBase {
 export type EngineServerSetting = CogServerSetting | ReplicateServerSetting | ComfyServerSetting;
 export type RemoteEngineKind = EngineServerSetting['kind'];
 
-interface RouteBase {
+/** What every route has, whatever its engine's kind. */
+export interface RouteBase {
   /** As written in the file: `tool` or `tool/generation_type`. */
   key: string;
   tool: string;

@@ -2,18 +2,9 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parseDocument } from 'yaml';
-import { type CatalogTool, CATALOG, findTool } from '../catalog/catalog.js';
+import { type CatalogInput, type CatalogTool, CATALOG, findTool } from '../catalog/catalog.js';
 import { parseDuration } from './duration.js';
-import type {
-  ComfyNodeInput,
-  ComfyRoute,
-  ComfyWorkflow,
-  EngineServerSetting,
-  InputNames,
-  ReplicateRoute,
-  RouteSetting,
-  CogRoute,
-} from './engine-settings.js';
+import type { EngineServerSetting, RemoteEngineKind, RouteBase, RouteSetting } from './engine-settings.js';
 
 const DEFAULT_CONCURRENCY = 1;
 /** `${VAR}`: read from the environment in an engine's settings. */
@@ -22,8 +13,6 @@ const VARIABLE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 const BARE_VARIABLE = /(?<=^|\s)\$([A-Za-z_][A-Za-z0-9_]*)(?=\s|$)/g;
 const DEFAULT_TIMEOUT = '5m';
 const REPLICATE_BASE_URL = 'https://api.replicate.com/v1';
-/** ComfyUI's core node classes that load an uploaded image by file name into `inputs.image`. */
-const IMAGE_LOADERS = new Set(['LoadImage', 'LoadImageMask']);
 
 const DURATION = {
   type: 'string',
@@ -31,13 +20,6 @@ const DURATION = {
   description: 'a duration above zero, such as 30s, 10m or 2h',
 };
 const STRING_MAP = { type: 'object', additionalProperties: { type: 'string' } };
-const NODE_ID = { type: ['string', 'integer'], description: 'a node id of the workflow, such as "11"' };
-const NODE_INPUT = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['node'],
-  properties: { node: NODE_ID, input: { type: 'string', minLength: 1 } },
-};
 const SERVER_COMMON = {
   kind: { enum: ['cog', 'replicate', 'comfyui'] },
   concurrency: { type: 'integer', minimum: 1, maximum: 1000 },
@@ -45,9 +27,11 @@ const SERVER_COMMON = {
   headers: STRING_MAP,
 };
 const ROUTE_COMMON = { engine: { type: 'string' }, describe: STRING_MAP };
-const MODEL_INPUTS = { type: 'object', additionalProperties: { type: 'string', minLength: 1 } };
 
-/** The file's shape, and each kind's server and route; the references between them are checked in code. */
+/**
+ * The file's shape and each kind's server; each kind's routes are its own (`RouteKind`, in src/engines/<kind>/). The
+ * references between them are checked in code.
+ */
 const SCHEMAS = {
   file: {
     type: 'object',
@@ -77,50 +61,41 @@ const SCHEMAS = {
     required: ['token'],
     properties: { ...SERVER_COMMON, token: { type: 'string', minLength: 1 }, base_url: { type: 'string' } },
   },
-  'route:cog': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['inputs'],
-    properties: { ...ROUTE_COMMON, inputs: MODEL_INPUTS, params: { type: 'object' } },
-  },
-  'route:replicate': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['inputs'],
-    properties: {
-      ...ROUTE_COMMON,
-      model: {
-        type: 'string',
-        pattern: '^[\\w.-]+/[\\w.-]+$',
-        description:
-          'owner/name of an official model, such as black-forest-labs/flux-kontext-pro, or of the version given',
-      },
-      version: { type: 'string', pattern: '^[0-9a-f]{64}$', description: 'a model version id: 64 hex digits' },
-      inputs: MODEL_INPUTS,
-      params: { type: 'object' },
-    },
-  },
-  'route:comfyui': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['workflow', 'inputs', 'output'],
-    properties: {
-      ...ROUTE_COMMON,
-      workflow: { type: 'string', minLength: 1 },
-      inputs: { type: 'object', additionalProperties: NODE_INPUT },
-      output: { type: 'object', additionalProperties: false, required: ['node'], properties: { node: NODE_ID } },
-      seed: { ...NODE_INPUT, required: ['node', 'input'] },
-    },
-  },
 } as const;
 
 type SchemaName = keyof typeof SCHEMAS;
 type Json = Record<string, unknown>;
+type Validator = ReturnType<typeof ajv.compile>;
 
 const ajv = new Ajv({ allErrors: true, verbose: true, strict: false });
 const validators = Object.fromEntries(
   Object.entries(SCHEMAS).map(([name, schema]) => [name, ajv.compile(schema)]),
-) as Record<SchemaName, ReturnType<typeof ajv.compile>>;
+) as Record<SchemaName, Validator>;
+/** Each kind's route schema: the keys every route has and the kind's own, compiled once per kind's checks. */
+const routeValidators = new WeakMap<RouteKind, Validator>();
+
+/** What the file's reader gives a kind's checks of one route. */
+export interface RouteCheckContext {
+  /** The route's key path, such as `routes.fashion_swap`. */
+  at: string;
+  /** The inputs of the tool the route serves. */
+  inputs: readonly CatalogInput[];
+  /** Reports a problem; its message starts with its key path. */
+  problem(message: string): void;
+  /** A path written in the file (a workflow), read relative to the file's folder. */
+  resolve(file: string): string;
+}
+
+/** One kind's routes: the keys they take beside `engine` and `describe`, and the checks of what those say. */
+export interface RouteKind<Route extends RouteSetting = RouteSetting> {
+  required: readonly string[];
+  /** JSON Schema of each of the kind's own keys. */
+  properties: Readonly<Record<string, unknown>>;
+  /** The route from one that matched the schema; undefined when it cannot be used (its problems reported). */
+  build(raw: Json, base: RouteBase, context: RouteCheckContext): Route | undefined;
+}
+
+export type RouteKinds = { [Kind in RemoteEngineKind]: RouteKind<Extract<RouteSetting, { kind: Kind }>> };
 
 export interface EnginesFile {
   servers: EngineServerSetting[];
@@ -131,8 +106,12 @@ export interface EnginesFile {
  * Reads and checks the routing file (`ENGINES_FILE`, see docs/engines.md). Every problem is reported, each naming its
  * key path (`routes.fashion_swap.inputs.person.node: ...`); `problems` is empty when the file is good.
  */
-export function readEnginesFile(path: string, env: NodeJS.ProcessEnv): { file: EnginesFile; problems: string[] } {
-  return new EnginesFileReader(resolve(path), env).read();
+export function readEnginesFile(
+  path: string,
+  env: NodeJS.ProcessEnv,
+  kinds: RouteKinds,
+): { file: EnginesFile; problems: string[] } {
+  return new EnginesFileReader(resolve(path), env, kinds).read();
 }
 
 class EnginesFileReader {
@@ -142,12 +121,13 @@ class EnginesFileReader {
    * Every engine the file names, with its kind when that is known: a route to an engine refused for a problem of its
    * own is still checked against its kind, so that one run shows every problem.
    */
-  private readonly kinds = new Map<string, EngineServerSetting['kind'] | undefined>();
+  private readonly engineKinds = new Map<string, EngineServerSetting['kind'] | undefined>();
   private readonly routes: RouteSetting[] = [];
 
   constructor(
     private readonly path: string,
     private readonly env: NodeJS.ProcessEnv,
+    private readonly kinds: RouteKinds,
   ) {}
 
   read(): { file: EnginesFile; problems: string[] } {
@@ -188,11 +168,11 @@ class EnginesFileReader {
     const at = `engines.${name}`;
     const kind = raw.kind as EngineServerSetting['kind'];
     if (!['cog', 'replicate', 'comfyui'].includes(kind)) {
-      this.kinds.set(name, undefined);
+      this.engineKinds.set(name, undefined);
       this.problems.push(`${at}.kind: must be one of cog, replicate, comfyui, got ${JSON.stringify(raw.kind)}`);
       return;
     }
-    this.kinds.set(name, kind);
+    this.engineKinds.set(name, kind);
     const unset = new Set<string>();
     const server = this.substitute(raw, at, unset);
     if (!this.check(`server:${kind}`, server, at, unset)) return;
@@ -235,220 +215,48 @@ class EnginesFileReader {
       this.problems.push(`${at}.engine: must be the name of an engine under engines`);
       return;
     }
-    if (!this.kinds.has(engine)) {
-      const names = [...this.kinds.keys()].join(', ') || 'none';
+    if (!this.engineKinds.has(engine)) {
+      const names = [...this.engineKinds.keys()].join(', ') || 'none';
       this.problems.push(`${at}.engine: there is no engine "${engine}" under engines (engines: ${names})`);
       return;
     }
     // An engine of an unknown kind was reported above; its routes cannot be checked.
-    const kind = this.kinds.get(engine);
+    const kind = this.engineKinds.get(engine);
     if (!kind) return;
-    if (!this.check(`route:${kind}`, raw, at)) return;
-    const base = {
+    const routeKind: RouteKind = this.kinds[kind];
+    if (!this.checkRoute(routeKind, raw, at)) return;
+    const base: RouteBase = {
       key,
       tool: tool.id,
       generationType,
       engine,
       describe: this.describe(tool, raw.describe as Record<string, string> | undefined, `${at}.describe`),
     };
-    const inputs = raw.inputs as Record<string, unknown>;
-    this.checkInputNames(tool, inputs, `${at}.inputs`);
-    if (kind !== 'comfyui') {
-      this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
-      this.checkNoVariables(raw.params, `${at}.params`);
-    }
-    switch (kind) {
-      case 'cog': {
-        const route: CogRoute = {
-          ...base,
-          kind: 'cog',
-          inputs: inputs as InputNames,
-          params: (raw.params ?? {}) as Json,
-          passGenerationType: false,
-        };
-        this.routes.push(route);
-        break;
-      }
-      case 'replicate': {
-        if (raw.model === undefined && raw.version === undefined) {
-          this.problems.push(
-            `${at}: set model (owner/name of an official model), version (64 hex digits), or both (that version of that model)`,
-          );
-          return;
-        }
-        const route: ReplicateRoute = {
-          ...base,
-          kind: 'replicate',
-          model: raw.model as string | undefined,
-          version: raw.version as string | undefined,
-          inputs: inputs as InputNames,
-          params: (raw.params ?? {}) as Json,
-        };
-        this.routes.push(route);
-        break;
-      }
-      case 'comfyui': {
-        const route = this.comfyRoute(base, tool, raw, at);
-        if (route) this.routes.push(route);
-        break;
-      }
-    }
+    this.checkInputNames(tool, raw.inputs as Record<string, unknown>, `${at}.inputs`);
+    const route = routeKind.build(raw, base, {
+      at,
+      inputs: tool.inputs,
+      problem: (message) => this.problems.push(message),
+      resolve: (file) => resolve(dirname(this.path), file),
+    });
+    if (route) this.routes.push(route);
   }
 
-  private comfyRoute(
-    base: Pick<ComfyRoute, 'key' | 'tool' | 'generationType' | 'engine' | 'describe'>,
-    tool: CatalogTool,
-    raw: Json,
-    at: string,
-  ): ComfyRoute | undefined {
-    const workflowFile = raw.workflow as string;
-    const workflow = this.workflow(workflowFile, `${at}.workflow`);
-    if (!workflow) return undefined;
-    const inputs: Record<string, ComfyNodeInput> = {};
-    for (const [name, mapping] of Object.entries(
-      raw.inputs as Record<string, { node: string | number; input?: string }>,
-    )) {
-      const input = tool.inputs.find((candidate) => candidate.name === name);
-      if (!input) continue;
-      const where = `${at}.inputs.${name}`;
-      const node = String(mapping.node);
-      const found = workflow[node];
-      if (!found) {
-        this.problems.push(`${where}.node: node "${node}" is not in ${workflowFile}`);
-        continue;
-      }
-      if (input.kind === 'image') {
-        if (!IMAGE_LOADERS.has(found.class_type)) {
-          this.problems.push(
-            `${where}.node: node "${node}" is a ${found.class_type}, not an image loader (${[...IMAGE_LOADERS].join(' or ')}) that an image input can fill`,
-          );
-          continue;
-        }
-        const loaderInput = mapping.input ?? 'image';
-        if (!this.settableInput(workflow, node, loaderInput, `${where}.input`, workflowFile)) continue;
-        inputs[name] = { node, input: loaderInput };
-      } else {
-        if (mapping.input === undefined) {
-          this.problems.push(`${where}.input: a text input needs the node input it sets, such as "text"`);
-          continue;
-        }
-        if (!this.settableInput(workflow, node, mapping.input, `${where}.input`, workflowFile)) continue;
-        inputs[name] = { node, input: mapping.input };
-      }
+  /** A route against its kind's schema; each error becomes a problem at its key path. */
+  private checkRoute(kind: RouteKind, raw: Json, at: string): boolean {
+    let validate = routeValidators.get(kind);
+    if (!validate) {
+      validate = ajv.compile({
+        type: 'object',
+        additionalProperties: false,
+        required: kind.required,
+        properties: { ...ROUTE_COMMON, ...kind.properties },
+      });
+      routeValidators.set(kind, validate);
     }
-    const outputNode = String((raw.output as { node: string | number }).node);
-    if (!workflow[outputNode]) this.problems.push(`${at}.output.node: node "${outputNode}" is not in ${workflowFile}`);
-    let seed: ComfyNodeInput | undefined;
-    if (raw.seed) {
-      const { node: seedNode, input } = raw.seed as { node: string | number; input: string };
-      const node = String(seedNode);
-      if (!workflow[node]) this.problems.push(`${at}.seed.node: node "${node}" is not in ${workflowFile}`);
-      else if (this.settableInput(workflow, node, input, `${at}.seed.input`, workflowFile)) seed = { node, input };
-    }
-    // Two values set into one node input: the last would win and the other would never reach the model.
-    const filled = new Map<string, string>();
-    const targets = [
-      ...Object.entries(inputs).map(([name, target]) => [`${at}.inputs.${name}`, target] as const),
-      ...(seed ? [[`${at}.seed`, seed] as const] : []),
-    ];
-    for (const [where, { node, input }] of targets) {
-      const slot = `${node}\0${input}`;
-      const first = filled.get(slot);
-      if (first) this.problems.push(`${where}: node "${node}" input "${input}" is already set by ${first}`);
-      else filled.set(slot, where);
-    }
-    return { ...base, kind: 'comfyui', workflowFile, workflow, inputs, output: { node: outputNode }, seed };
-  }
-
-  /**
-   * A node input a value can be set into: one the node has, holding a value (a widget's), not a link from another
-   * node's output (`["4", 1]` in the API format). Set over a link, the value would cut the node from its source, and
-   * the prompt would fail only on the server, after every job's uploads.
-   */
-  private settableInput(workflow: ComfyWorkflow, node: string, input: string, at: string, file: string): boolean {
-    const { class_type: type, inputs } = workflow[node];
-    if (!Object.hasOwn(inputs, input)) {
-      const known = Object.keys(inputs).join(', ') || 'none';
-      this.problems.push(`${at}: node "${node}" (${type}) in ${file} has no input "${input}" (inputs: ${known})`);
-      return false;
-    }
-    const value = inputs[input];
-    if (Array.isArray(value) && value.length === 2 && typeof value[1] === 'number') {
-      this.problems.push(
-        `${at}: node "${node}" (${type}) input "${input}" in ${file} is a link from node "${String(value[0])}", not a value to set`,
-      );
-      return false;
-    }
-    return true;
-  }
-
-  /** The workflow file, relative to the routing file, in ComfyUI's API format: `{"<id>": {class_type, inputs}}`. */
-  private workflow(file: string, at: string): ComfyWorkflow | undefined {
-    const path = resolve(dirname(this.path), file);
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(readFileSync(path, 'utf8'));
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      this.problems.push(
-        `${at}: ${file} ${code === 'ENOENT' ? 'does not exist' : code ? `cannot be read (${code})` : 'is not JSON'}`,
-      );
-      return undefined;
-    }
-    const nodes = typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? Object.entries(parsed) : [];
-    const apiFormat =
-      nodes.length > 0 &&
-      nodes.every(
-        ([, node]) =>
-          typeof node === 'object' &&
-          node !== null &&
-          typeof (node as Json).class_type === 'string' &&
-          typeof (node as Json).inputs === 'object' &&
-          (node as Json).inputs !== null,
-      );
-    if (!apiFormat) {
-      this.problems.push(
-        `${at}: ${file} is not a workflow in API format ({"<node id>": {"class_type", "inputs"}}); in ComfyUI, save it with Workflow > Export (API)`,
-      );
-      return undefined;
-    }
-    return parsed as ComfyWorkflow;
-  }
-
-  /**
-   * No `${VAR}` in a route's params: only an engine's settings are read from the environment, so the model would be
-   * sent the text `${VAR}` itself (a token given as a model input, say) without a word.
-   */
-  private checkNoVariables(value: unknown, at: string): void {
-    if (typeof value === 'string') {
-      for (const [, name] of value.matchAll(VARIABLE)) {
-        this.problems.push(
-          `${at}: \${${name}} is not read from the environment in a route, only in an engine's settings (engines.<name>)`,
-        );
-      }
-    } else if (typeof value === 'object' && value !== null) {
-      for (const [key, child] of Object.entries(value)) {
-        this.checkNoVariables(child, Array.isArray(value) ? `${at}[${key}]` : `${at}.${key}`);
-      }
-    }
-  }
-
-  /**
-   * Each of the model's inputs given once, by one tool input or one param: two values under one name would reach the
-   * model as one, and the other input would be dropped without a word.
-   */
-  private checkModelNames(inputs: InputNames, params: Json | undefined, at: string): void {
-    const given = new Map<string, string>();
-    for (const [name, modelName] of Object.entries(inputs)) {
-      const first = given.get(modelName);
-      if (first)
-        this.problems.push(`${at}.inputs.${name}: the model's input "${modelName}" is already given by ${first}`);
-      else given.set(modelName, `${at}.inputs.${name}`);
-    }
-    for (const name of Object.keys(params ?? {})) {
-      const first = given.get(name);
-      if (first) this.problems.push(`${at}.params.${name}: the model's input "${name}" is already given by ${first}`);
-    }
+    if (validate(raw)) return true;
+    for (const error of validate.errors ?? []) this.problems.push(describeError(error, at));
+    return false;
   }
 
   /** Input names that are the tool's, and every required input of the tool mapped. */
