@@ -81,9 +81,9 @@ export interface RouteCheckContext {
   /** The inputs of the tool the route serves. */
   inputs: readonly CatalogInput[];
   /** Reports a problem; its message starts with its key path. */
-  problem(message: string): void;
+  problem: (message: string) => void;
   /** A path written in the file (a workflow), read relative to the file's folder. */
-  resolve(file: string): string;
+  resolve: (file: string) => string;
 }
 
 /** One kind's routes: the keys they take beside `engine` and `describe`, and the checks of what those say. */
