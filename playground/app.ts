@@ -155,7 +155,12 @@ function renderInputs(): void {
       const field =
         input.kind === 'image'
           ? element('input', { id, name: input.name, type: 'file', accept: 'image/jpeg,image/png,image/webp' })
-          : element('textarea', { id, name: input.name, rows: 2, maxLength: 1000 });
+          : element('textarea', {
+              id,
+              name: input.name,
+              rows: 2,
+              ...(input.max_length === undefined ? {} : { maxLength: input.max_length }),
+            });
       field.required = input.required;
       field.setAttribute('aria-describedby', hint.id);
       const label = element('label', {
@@ -198,7 +203,13 @@ async function submitJob(form: HTMLFormElement): Promise<void> {
       tool: text('tool') ?? '',
       generationType: text('generation_type'),
       images,
-      prompt: text('prompt'),
+      // Every text input the form shows (the chosen type's, read from the API), each left out when empty.
+      texts: Object.fromEntries(
+        [...form.querySelectorAll<HTMLTextAreaElement>('#inputs textarea')].flatMap((field) => {
+          const value = text(field.name);
+          return value === undefined ? [] : [[field.name, value]];
+        }),
+      ),
     });
     showJob({ status: 'pending' });
     void loadHistory();

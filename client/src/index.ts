@@ -36,6 +36,8 @@ export interface CreateJobOptions {
   images: Partial<Record<ImageInputName, ImageData>>;
   /** The `default` tool's optional text. */
   prompt?: string;
+  /** Text inputs by name (a configured tool's, as `generationTypes` lists them), beside `prompt`. */
+  texts?: Record<string, string>;
   /** HTTPS URL the service POSTs the final item to, signed (see `@igs/client/webhooks`). */
   webhookUrl?: string;
   /** Makes retries safe: a repeat with the same key answers the first job instead of creating another. */
@@ -145,6 +147,7 @@ export class Client {
       if (image !== undefined) form.append(name, toBlob(image), name);
     }
     if (options.prompt !== undefined) form.append('prompt', options.prompt);
+    for (const [name, text] of Object.entries(options.texts ?? {})) form.append(name, text);
     if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
     const headers: Record<string, string> = {};
     if (options.idempotencyKey !== undefined) headers['Idempotency-Key'] = options.idempotencyKey;

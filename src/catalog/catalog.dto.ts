@@ -42,10 +42,11 @@ export class GenerationTypeDto implements GenerationTypeSchema {
         title: type.title,
         description: type.description,
         is_default: index === 0,
-        inputs: tool.inputs.map(({ name, kind, required, description, neutralDescription }) => ({
+        inputs: tool.inputs.map(({ name, kind, required, description, neutralDescription, maxLength }) => ({
           name,
           kind,
           required,
+          ...(maxLength === undefined ? {} : { max_length: maxLength }),
           description: describe ? (describe[name] ?? neutralDescription) : description,
         })),
       };
