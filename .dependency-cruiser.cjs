@@ -72,7 +72,7 @@ module.exports = {
       comment:
         "Outside src/engines/, engines are reached through their entry points (src/engines/index.ts, in-process.ts, and route-kinds.ts: the kinds' route checks, for the routing file's reader in config).",
       severity: 'error',
-      from: { pathNot: '^src/engines/' },
+      from: { pathNot: '^(src|dist)/engines/' },
       to: { path: '^(src|dist)/engines/', pathNot: '^(src|dist)/engines/(index|in-process|route-kinds)\\.[jt]s$' },
     },
     {

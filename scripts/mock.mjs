@@ -42,6 +42,7 @@ import { fileURLToPath, URLSearchParams } from 'node:url';
 import busboy from 'busboy';
 import sharp from 'sharp';
 import { parse } from 'yaml';
+import { BUILT_IN } from '../dist/catalog/catalog.js';
 import { GenerationTypeDto, toolAskedFor } from '../dist/catalog/catalog.dto.js';
 import { assignRequestId } from '../dist/common/logging.js';
 import { preferredWait } from '../dist/common/prefer.js';
@@ -179,7 +180,7 @@ async function mockOperation(request, response) {
   if (accepted && operation?.id === 'listGenerationTypes') {
     try {
       // The local engine's descriptions: the mock knows no routing file.
-      const tool = toolAskedFor(new URLSearchParams(query).get('tool') ?? '');
+      const tool = toolAskedFor(new URLSearchParams(query).get('tool') ?? '', BUILT_IN);
       answerBody = JSON.stringify(GenerationTypeDto.listFor(tool, () => undefined));
     } catch (error) {
       if (error instanceof DomainError) return problem(error);
@@ -317,7 +318,7 @@ function toolFormRefusal(contentType, body) {
     });
     parser.once('close', () => {
       try {
-        checkToolForm({ texts, files });
+        checkToolForm({ texts, files }, BUILT_IN);
         resolve(undefined);
       } catch (error) {
         if (error instanceof DomainError) resolve(error);

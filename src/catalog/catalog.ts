@@ -253,7 +253,8 @@ export class Catalog {
     generationType: string,
   ): { tool: CatalogTool; type: CatalogGenerationType } | undefined {
     const tool = this.typeOwners.get(generationType);
-    const type = tool?.id === toolId ? tool.generationTypes.find((candidate) => candidate.id === generationType) : undefined;
+    const type =
+      tool?.id === toolId ? tool.generationTypes.find((candidate) => candidate.id === generationType) : undefined;
     return tool && type && { tool, type };
   }
 }

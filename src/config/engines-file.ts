@@ -1,9 +1,17 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { Ajv, type ErrorObject } from 'ajv';
+import { Ajv } from 'ajv';
 import { parseDocument } from 'yaml';
-import { type CatalogInput, type CatalogTool, CATALOG, findTool } from '../catalog/catalog.js';
+import {
+  BUILT_IN,
+  type Catalog,
+  type CatalogGenerationType,
+  type CatalogInput,
+  type CatalogTool,
+} from '../catalog/catalog.js';
 import { parseDuration } from './duration.js';
+import { describeError, errorPath } from './schema-errors.js';
+import { readToolsSection } from './tools-section.js';
 import type { EngineServerSetting, RemoteEngineKind, RouteBase, RouteSetting } from './engine-settings.js';
 
 const DEFAULT_CONCURRENCY = 1;
@@ -39,6 +47,7 @@ const SCHEMAS = {
     properties: {
       engines: { type: 'object', additionalProperties: { type: 'object', required: ['kind'] } },
       routes: { type: 'object', additionalProperties: { type: 'object', required: ['engine'] } },
+      tools: { type: 'object', additionalProperties: { type: 'object' } },
     },
     // Compose's convention for settings shared through anchors (`x-gpu: &gpu`): read by nothing but the YAML merge.
     patternProperties: { '^x-': {} },
@@ -98,6 +107,8 @@ export interface RouteKind<Route extends RouteSetting = RouteSetting> {
 export type RouteKinds = { [Kind in RemoteEngineKind]: RouteKind<Extract<RouteSetting, { kind: Kind }>> };
 
 export interface EnginesFile {
+  /** The built-in tools with the file's `tools:` section applied. */
+  catalog: Catalog;
   servers: EngineServerSetting[];
   routes: RouteSetting[];
 }
@@ -123,6 +134,7 @@ class EnginesFileReader {
    */
   private readonly engineKinds = new Map<string, EngineServerSetting['kind'] | undefined>();
   private readonly routes: RouteSetting[] = [];
+  private catalog: Catalog = BUILT_IN;
 
   constructor(
     private readonly path: string,
@@ -133,13 +145,34 @@ class EnginesFileReader {
   read(): { file: EnginesFile; problems: string[] } {
     const root = this.parse();
     if (root && this.check('file', root, '')) {
+      const { catalog, problems } = readToolsSection(root.tools as Json | undefined);
+      this.catalog = catalog;
+      this.problems.push(...problems);
       for (const [name, server] of Object.entries((root.engines ?? {}) as Record<string, Json>)) {
         this.server(name, server);
       }
       for (const [key, route] of Object.entries((root.routes ?? {}) as Record<string, Json>)) this.route(key, route);
+      this.checkConfiguredToolsRouted(root.routes as Json | undefined);
     }
     const problems = this.problems.map((problem) => `ENGINES_FILE ${this.path}: ${problem}`);
-    return { file: { servers: [...this.servers.values()], routes: this.routes }, problems };
+    return { file: { catalog: this.catalog, servers: [...this.servers.values()], routes: this.routes }, problems };
+  }
+
+  /**
+   * Each generation type of a configured tool has a route (its own or its tool's), written if not usable: the local
+   * engine runs only the built-in tools, so a type without one could be offered and never run.
+   */
+  private checkConfiguredToolsRouted(routes: Json | undefined): void {
+    for (const tool of [...this.catalog.tools, ...this.catalog.withdrawn]) {
+      if (!tool.configured || Object.hasOwn(routes ?? {}, tool.id)) continue;
+      for (const type of tool.generationTypes) {
+        if (!Object.hasOwn(routes ?? {}, `${tool.id}/${type.id}`)) {
+          this.problems.push(
+            `tools.${tool.id}.generation_types.${type.id}: a configured tool runs on a model server; add a route (routes.${tool.id} or routes.${tool.id}/${type.id})`,
+          );
+        }
+      }
+    }
   }
 
   private parse(): Json | undefined {
@@ -193,19 +226,20 @@ class EnginesFileReader {
   private route(key: string, raw: Json): void {
     const at = `routes.${key}`;
     const [toolId, generationType, ...rest] = key.split('/');
-    const tool = findTool(toolId);
+    const tool = this.catalog.findTool(toolId) ?? this.catalog.withdrawn.find((withdrawn) => withdrawn.id === toolId);
     if (rest.length > 0) {
       this.problems.push(`${at}: routes are named "tool" or "tool/generation_type", with one slash at most`);
       return;
     }
     if (!tool) {
-      const tools = CATALOG.map((t) => t.id).join(', ');
+      const tools = [...this.catalog.tools, ...this.catalog.withdrawn].map((t) => t.id).join(', ');
       this.problems.push(
         `${at}: routes are named "tool" or "tool/generation_type"; there is no tool "${toolId}" (tools: ${tools})`,
       );
       return;
     }
-    if (generationType !== undefined && !tool.generationTypes.some((type) => type.id === generationType)) {
+    const type = tool.generationTypes.find((candidate) => candidate.id === generationType);
+    if (generationType !== undefined && !type) {
       const types = tool.generationTypes.map((type) => type.id).join(', ');
       this.problems.push(`${at}: tool "${tool.id}" has no generation type "${generationType}" (types: ${types})`);
       return;
@@ -225,17 +259,20 @@ class EnginesFileReader {
     if (!kind) return;
     const routeKind: RouteKind = this.kinds[kind];
     if (!this.checkRoute(routeKind, raw, at)) return;
+    // The types the route serves, and the inputs any of them takes.
+    const served = type ? [type] : tool.generationTypes;
+    const inputs = type ? type.inputs : tool.inputs;
     const base: RouteBase = {
       key,
       tool: tool.id,
       generationType,
       engine,
-      describe: this.describe(tool, raw.describe as Record<string, string> | undefined, `${at}.describe`),
+      describe: this.describe(tool, inputs, raw.describe as Record<string, string> | undefined, `${at}.describe`),
     };
-    this.checkInputNames(tool, raw.inputs as Record<string, unknown>, `${at}.inputs`);
+    this.checkInputNames(tool, served, raw.inputs as Record<string, unknown>, `${at}.inputs`);
     const route = routeKind.build(raw, base, {
       at,
-      inputs: tool.inputs,
+      inputs,
       problem: (message) => this.problems.push(message),
       resolve: (file) => resolve(dirname(this.path), file),
     });
@@ -259,26 +296,31 @@ class EnginesFileReader {
     return false;
   }
 
-  /** Input names that are the tool's, and every required input of the tool mapped. */
-  private checkInputNames(tool: CatalogTool, inputs: Record<string, unknown>, at: string): void {
-    const names: string[] = tool.inputs.map((input) => input.name);
+  /** Input names that the served types take, and every input one of them requires mapped. */
+  private checkInputNames(
+    tool: CatalogTool,
+    served: readonly CatalogGenerationType[],
+    inputs: Record<string, unknown>,
+    at: string,
+  ): void {
+    const names = [...new Set(served.flatMap((type) => type.inputs.map((input) => input.name)))];
     for (const name of Object.keys(inputs)) {
       if (!names.includes(name))
         this.problems.push(`${at}.${name}: tool "${tool.id}" has no input "${name}" (inputs: ${names.join(', ')})`);
     }
-    for (const input of tool.inputs) {
-      if (input.required && !Object.hasOwn(inputs, input.name)) {
-        this.problems.push(`${at}: the tool's required input "${input.name}" is not mapped`);
-      }
+    const required = new Set(served.flatMap((type) => type.inputs.filter((input) => input.required)));
+    for (const name of new Set([...required].map((input) => input.name))) {
+      if (!Object.hasOwn(inputs, name)) this.problems.push(`${at}: the tool's required input "${name}" is not mapped`);
     }
   }
 
   private describe(
     tool: CatalogTool,
+    inputs: readonly CatalogInput[],
     describe: Record<string, string> | undefined,
     at: string,
   ): Record<string, string> {
-    const names: string[] = tool.inputs.map((input) => input.name);
+    const names: string[] = inputs.map((input) => input.name);
     for (const name of Object.keys(describe ?? {})) {
       if (!names.includes(name))
         this.problems.push(`${at}.${name}: tool "${tool.id}" has no input "${name}" (inputs: ${names.join(', ')})`);
@@ -345,51 +387,4 @@ class EnginesFileReader {
     }
     return false;
   }
-}
-
-/** The key path of the value a schema error is about. */
-function errorPath(error: ErrorObject, at: string): string {
-  return [at, ...error.instancePath.split('/').slice(1).map(unescapePointer)].filter(Boolean).join('.');
-}
-
-function describeError(error: ErrorObject, at: string): string {
-  const path = errorPath(error, at);
-  const params = error.params as Record<string, unknown>;
-  switch (error.keyword) {
-    case 'additionalProperties': {
-      const allowed = Object.keys((error.parentSchema as { properties?: object }).properties ?? {}).join(', ');
-      return `${join(path, String(params.additionalProperty))}: unknown key${allowed ? ` (allowed: ${allowed})` : ''}`;
-    }
-    case 'required':
-      return `${join(path, String(params.missingProperty))}: is required`;
-    case 'type': {
-      const description = (error.parentSchema as { description?: string } | undefined)?.description;
-      return `${path}: must be ${description ?? article(String(params.type))}`;
-    }
-    case 'enum':
-      return `${path}: must be one of ${(params.allowedValues as unknown[]).join(', ')}`;
-    default: {
-      const description = (error.parentSchema as { description?: string } | undefined)?.description;
-      return description ? `${path}: must be ${description}` : `${path}: ${error.message}`;
-    }
-  }
-}
-
-function join(path: string, key: string): string {
-  return path ? `${path}.${key}` : key;
-}
-
-function article(type: string): string {
-  const names: Record<string, string> = {
-    object: 'a mapping',
-    string: 'a string',
-    integer: 'a whole number',
-    'string,integer': 'a string',
-    array: 'a list',
-  };
-  return names[type] ?? type;
-}
-
-function unescapePointer(segment: string): string {
-  return segment.replace(/~1/g, '/').replace(/~0/g, '~');
 }
