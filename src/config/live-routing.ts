@@ -79,6 +79,7 @@ export class LiveRouting implements OnModuleInit, OnModuleDestroy {
    * the file is good. `why` is logged.
    */
   reload(why: string): boolean {
+    if (this.config.enginesFile === undefined) return true;
     let read: { catalog: Catalog; engineRouting: EngineRouting };
     try {
       read = this.config.readRouting();

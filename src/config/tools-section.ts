@@ -1,4 +1,4 @@
-import { Ajv } from 'ajv';
+import { Ajv, type ErrorObject } from 'ajv';
 import {
   Catalog,
   CATALOG,
@@ -84,7 +84,7 @@ export function readToolsSection(section: Json | undefined): { catalog: Catalog;
     }
     const validate = known ? builtInTool : newTool;
     if (!validate(raw)) {
-      for (const error of validate.errors ?? []) problems.push(builtInMessage(describeError(error, at), known));
+      for (const error of validate.errors ?? []) problems.push(explained(error, at, known));
       continue;
     }
     const tool = raw as Json;
@@ -114,10 +114,19 @@ export function readToolsSection(section: Json | undefined): { catalog: Catalog;
   return { catalog, problems };
 }
 
-/** A built-in tool's keys the file may not change, said as such rather than as unknown keys. */
-function builtInMessage(message: string, known: CatalogTool | undefined): string {
-  return known && /: unknown key/.test(message)
-    ? `${message.replace(/ \(allowed: .*\)$/, '')}: "${known.id}" is a built-in tool, whose generation types and inputs are the service's; only its title and disabled may be set`
+/**
+ * A schema's message with what usually causes it: a built-in tool's keys the file may not change, said as such rather
+ * than as unknown keys; a key with a space, which is most often the end of a description that has a comma in a flow
+ * mapping (`{ description: A photo, any background }` is a description and a key `any background`).
+ */
+function explained(error: ErrorObject, at: string, known: CatalogTool | undefined): string {
+  const message = describeError(error, at);
+  if (error.keyword !== 'additionalProperties') return message;
+  if (known) {
+    return `${message.replace(/ \(allowed: .*\)$/, '')}: "${known.id}" is a built-in tool, whose generation types and inputs are the service's; only its title and disabled may be set`;
+  }
+  return /\s/.test(String((error.params as { additionalProperty: unknown }).additionalProperty))
+    ? `${message}; in { }, a comma ends a value: quote a text that has one`
     : message;
 }
 

@@ -51,7 +51,10 @@ export class EngineRegistry implements OnApplicationShutdown {
   private routes = new Map<string, ResolvedRoute>();
   private inUse: RoutingInUse;
 
-  constructor(config: AppConfig, routing: LiveRouting) {
+  constructor(
+    config: AppConfig,
+    private readonly routing: LiveRouting,
+  ) {
     this.local = new ThreadedLocalEngine(config.workerConcurrency, config.imageMaxPixels);
     this.localRoute = {
       engineName: 'local',
@@ -79,14 +82,21 @@ export class EngineRegistry implements OnApplicationShutdown {
    * (`disabled: true`) keeps its route for the jobs made before.
    */
   route(tool: string, generationType: string): ResolvedRoute {
+    // A tool added a moment ago may be known to the API process that took the job before this one saw the change: the
+    // file is read once more before the job is refused.
+    if (!this.known(tool, generationType)) this.routing.reload(`a job of the unknown tool "${tool}"`);
+    if (!this.known(tool, generationType)) return { ...this.localRoute, engine: withdrawnTool(tool, generationType) };
+    return this.routes.get(`${tool}/${generationType}`) ?? this.routes.get(tool) ?? this.localRoute;
+  }
+
+  private known(tool: string, generationType: string): boolean {
     const { catalog } = this.inUse;
-    const known =
-      catalog.findGenerationType(tool, generationType) ??
+    return (
+      catalog.findGenerationType(tool, generationType) !== undefined ||
       catalog.withdrawn.some(
         (withdrawn) => withdrawn.id === tool && withdrawn.generationTypes.some((type) => type.id === generationType),
-      );
-    if (!known) return { ...this.localRoute, engine: withdrawnTool(tool, generationType) };
-    return this.routes.get(`${tool}/${generationType}`) ?? this.routes.get(tool) ?? this.localRoute;
+      )
+    );
   }
 
   /**
