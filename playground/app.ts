@@ -191,7 +191,7 @@ async function submitJob(form: HTMLFormElement): Promise<void> {
   const images: Partial<Record<ImageInputName, Blob>> = {};
   for (const field of form.querySelectorAll<HTMLInputElement>('input[type=file]')) {
     const file = field.files?.[0];
-    if (file) images[field.name as ImageInputName] = file;
+    if (file) images[field.name] = file;
   }
   const text = (name: string): string | undefined => {
     const value = data.get(name);
@@ -265,7 +265,7 @@ async function loadHistory(): Promise<void> {
     page,
     limit: PAGE_SIZE,
     ...(status ? { status: status as HistoryItem['status'] } : {}),
-    ...(type ? { generation_type: type as never } : {}),
+    ...(type ? { generation_type: type } : {}),
   });
   totalPages = Math.max(1, result.total_pages);
   // The page shown emptied (its last items deleted, here or elsewhere): the new last page takes its place.
