@@ -89,12 +89,25 @@ export function checkToolForm({ texts, files }: FormParts, catalog: Catalog): To
   for (const name of [...FORM_FIELDS, ...type.inputs.map((input) => input.name)]) accepted.add(name);
   checkAccepted(`is not a field of the generation type "${type.id}"`);
 
+  const { images, texts: inputTexts } = checkTypeInputs(type, { texts: textFields, files: fileFields });
+  return { tool, generationType: type.id, images, texts: inputTexts, webhookUrl: textFields.get('webhook_url') };
+}
+
+/**
+ * The generation type's inputs, given as texts by name and the names of files: every required one there, each of its
+ * kind, texts within their `max_length`; 400 `validation_failed` naming each field that is not. Fields the type does
+ * not take are the caller's to refuse first.
+ */
+export function checkTypeInputs(
+  type: CatalogGenerationType,
+  given: { texts: ReadonlyMap<string, string>; files: ReadonlySet<string> },
+): { images: string[]; texts: Record<string, string> } {
   const errors: FieldError[] = [];
   const images: string[] = [];
-  const inputTexts: Record<string, string> = {};
+  const texts: Record<string, string> = {};
   for (const input of type.inputs) {
-    const isFile = fileFields.has(input.name);
-    const text = textFields.get(input.name);
+    const isFile = given.files.has(input.name);
+    const text = given.texts.get(input.name);
     if (input.kind === 'image') {
       if (isFile) images.push(input.name);
       else if (text !== undefined) errors.push({ field: input.name, message: 'must be an image file, not text' });
@@ -105,7 +118,7 @@ export function checkToolForm({ texts, files }: FormParts, catalog: Catalog): To
       if (input.maxLength !== undefined && [...text].length > input.maxLength) {
         errors.push({ field: input.name, message: `at most ${input.maxLength} characters` });
       } else {
-        inputTexts[input.name] = text;
+        texts[input.name] = text;
       }
     } else if (input.required) {
       errors.push({ field: input.name, message: 'required text is missing' });
@@ -114,7 +127,7 @@ export function checkToolForm({ texts, files }: FormParts, catalog: Catalog): To
   if (errors.length > 0) {
     throw new DomainError('validation_failed', 'The form fields do not match the tool.', { errors });
   }
-  return { tool, generationType: type.id, images, texts: inputTexts, webhookUrl: textFields.get('webhook_url') };
+  return { images, texts };
 }
 
 /**
