@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { BUILT_IN, type Catalog, CATALOG } from '../catalog/catalog.js';
-import { ROUTE_KINDS } from '../engines/route-kinds.js';
+import { ENGINE_KINDS } from '../engines/engine-kinds.js';
 import { parseDuration } from './duration.js';
 import type { CogRoute, CogServerSetting, EngineRouting } from './engine-settings.js';
 import { readEnginesFile } from './engines-file.js';
@@ -242,7 +242,7 @@ function engineRouting(
   };
   let catalog = BUILT_IN;
   if (read.ENGINES_FILE !== undefined) {
-    const { file, problems: fileProblems } = readEnginesFile(read.ENGINES_FILE, env, ROUTE_KINDS);
+    const { file, problems: fileProblems } = readEnginesFile(read.ENGINES_FILE, env, ENGINE_KINDS);
     problems.push(...fileProblems);
     routing.servers.push(...file.servers);
     routing.routes.push(...file.routes);

@@ -4,7 +4,8 @@
  * `engines-file.ts`; engines import only these types.
  */
 
-interface ServerBase {
+/** What every model server has, whatever its kind. */
+export interface ServerBase {
   /** The operator's name for the server: the routing file's key under `engines`. */
   name: string;
   /** Jobs in flight on this server at once, across all worker processes. */

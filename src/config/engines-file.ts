@@ -12,7 +12,7 @@ import {
 import { parseDuration } from './duration.js';
 import { describeError, errorPath } from './schema-errors.js';
 import { readToolsSection } from './tools-section.js';
-import type { EngineServerSetting, RemoteEngineKind, RouteBase, RouteSetting } from './engine-settings.js';
+import type { EngineServerSetting, RemoteEngineKind, RouteBase, RouteSetting, ServerBase } from './engine-settings.js';
 
 const DEFAULT_CONCURRENCY = 1;
 /** `${VAR}`: read from the environment in an engine's settings. */
@@ -20,7 +20,6 @@ const VARIABLE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 /** `$VAR` as a word of its own: a variable written without its braces. */
 const BARE_VARIABLE = /(?<=^|\s)\$([A-Za-z_][A-Za-z0-9_]*)(?=\s|$)/g;
 const DEFAULT_TIMEOUT = '5m';
-const REPLICATE_BASE_URL = 'https://api.replicate.com/v1';
 
 const DURATION = {
   type: 'string',
@@ -29,7 +28,7 @@ const DURATION = {
 };
 const STRING_MAP = { type: 'object', additionalProperties: { type: 'string' } };
 const SERVER_COMMON = {
-  kind: { enum: ['cog', 'replicate', 'comfyui'] },
+  kind: { type: 'string' },
   concurrency: { type: 'integer', minimum: 1, maximum: 1000 },
   timeout: DURATION,
   headers: STRING_MAP,
@@ -37,7 +36,7 @@ const SERVER_COMMON = {
 const ROUTE_COMMON = { engine: { type: 'string' }, describe: STRING_MAP };
 
 /**
- * The file's shape and each kind's server; each kind's routes are its own (`RouteKind`, in src/engines/<kind>/). The
+ * The file's shape and each kind's server; each kind's routes are its own (`EngineKind`, in src/engines/<kind>/). The
  * references between them are checked in code.
  */
 const SCHEMAS = {
@@ -52,24 +51,6 @@ const SCHEMAS = {
     // Compose's convention for settings shared through anchors (`x-gpu: &gpu`): read by nothing but the YAML merge.
     patternProperties: { '^x-': {} },
   },
-  'server:cog': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['url'],
-    properties: { ...SERVER_COMMON, url: { type: 'string' } },
-  },
-  'server:comfyui': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['url'],
-    properties: { ...SERVER_COMMON, url: { type: 'string' } },
-  },
-  'server:replicate': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['token'],
-    properties: { ...SERVER_COMMON, token: { type: 'string', minLength: 1 }, base_url: { type: 'string' } },
-  },
 } as const;
 
 type SchemaName = keyof typeof SCHEMAS;
@@ -80,8 +61,8 @@ const ajv = new Ajv({ allErrors: true, verbose: true, strict: false });
 const validators = Object.fromEntries(
   Object.entries(SCHEMAS).map(([name, schema]) => [name, ajv.compile(schema)]),
 ) as Record<SchemaName, Validator>;
-/** Each kind's route schema: the keys every route has and the kind's own, compiled once per kind's checks. */
-const routeValidators = new WeakMap<RouteKind, Validator>();
+/** Each kind's server or route schema: the keys every one has and the kind's own, compiled once per kind. */
+const kindValidators = new WeakMap<object, Validator>();
 
 /** What the file's reader gives a kind's checks of one route. */
 export interface RouteCheckContext {
@@ -95,16 +76,44 @@ export interface RouteCheckContext {
   resolve: (file: string) => string;
 }
 
-/** One kind's routes: the keys they take beside `engine` and `describe`, and the checks of what those say. */
-export interface RouteKind<Route extends RouteSetting = RouteSetting> {
-  required: readonly string[];
-  /** JSON Schema of each of the kind's own keys. */
-  properties: Readonly<Record<string, unknown>>;
-  /** The route from one that matched the schema; undefined when it cannot be used (its problems reported). */
-  build(raw: Json, base: RouteBase, context: RouteCheckContext): Route | undefined;
+/** What the file's reader gives a kind's checks of one server. */
+export interface ServerCheckContext {
+  /** The server's key path, such as `engines.comfy`. */
+  at: string;
+  /** An absolute http(s) URL without credentials (a problem at `at` otherwise), kept without its trailing slash. */
+  url: (at: string, value: string) => string;
 }
 
-export type RouteKinds = { [Kind in RemoteEngineKind]: RouteKind<Extract<RouteSetting, { kind: Kind }>> };
+/** A kind's keys beside the common ones: those it requires, and the JSON Schema of each. */
+interface KindKeys {
+  required: readonly string[];
+  properties: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * One kind of model server, as the routing file names it: the keys its servers and its routes take beside the common
+ * ones (`kind`, `concurrency`, `timeout`, `headers`; `engine`, `describe`), and the checks of what those say.
+ */
+export interface EngineKind<
+  Server extends EngineServerSetting = EngineServerSetting,
+  Route extends RouteSetting = RouteSetting,
+> {
+  server: KindKeys & {
+    /** The server from one that matched the schema, its `${VAR}`s read. */
+    build(raw: Json, common: ServerBase, context: ServerCheckContext): Server;
+  };
+  route: KindKeys & {
+    /** The route from one that matched the schema; undefined when it cannot be used (its problems reported). */
+    build(raw: Json, base: RouteBase, context: RouteCheckContext): Route | undefined;
+  };
+}
+
+export type EngineKinds = {
+  [Kind in RemoteEngineKind]: EngineKind<
+    Extract<EngineServerSetting, { kind: Kind }>,
+    Extract<RouteSetting, { kind: Kind }>
+  >;
+};
 
 export interface EnginesFile {
   /** The built-in tools with the file's `tools:` section applied. */
@@ -120,7 +129,7 @@ export interface EnginesFile {
 export function readEnginesFile(
   path: string,
   env: NodeJS.ProcessEnv,
-  kinds: RouteKinds,
+  kinds: EngineKinds,
 ): { file: EnginesFile; problems: string[] } {
   return new EnginesFileReader(resolve(path), env, kinds).read();
 }
@@ -139,7 +148,7 @@ class EnginesFileReader {
   constructor(
     private readonly path: string,
     private readonly env: NodeJS.ProcessEnv,
-    private readonly kinds: RouteKinds,
+    private readonly kinds: EngineKinds,
   ) {}
 
   read(): { file: EnginesFile; problems: string[] } {
@@ -199,28 +208,28 @@ class EnginesFileReader {
 
   private server(name: string, raw: Json): void {
     const at = `engines.${name}`;
-    const kind = raw.kind as EngineServerSetting['kind'];
-    if (!['cog', 'replicate', 'comfyui'].includes(kind)) {
+    const kind = raw.kind as RemoteEngineKind;
+    const kinds = Object.keys(this.kinds);
+    if (!kinds.includes(kind)) {
       this.engineKinds.set(name, undefined);
-      this.problems.push(`${at}.kind: must be one of cog, replicate, comfyui, got ${JSON.stringify(raw.kind)}`);
+      this.problems.push(`${at}.kind: must be one of ${kinds.join(', ')}, got ${JSON.stringify(raw.kind)}`);
       return;
     }
     this.engineKinds.set(name, kind);
     const unset = new Set<string>();
     const server = this.substitute(raw, at, unset);
-    if (!this.check(`server:${kind}`, server, at, unset)) return;
-    const common = {
+    const { server: serverKind }: EngineKind = this.kinds[kind];
+    if (!this.checkKind(serverKind, SERVER_COMMON, server, at, unset)) return;
+    const common: ServerBase = {
       name,
       concurrency: (server.concurrency as number | undefined) ?? DEFAULT_CONCURRENCY,
       timeoutMs: parseDuration((server.timeout as string | undefined) ?? DEFAULT_TIMEOUT),
       headers: (server.headers ?? {}) as Record<string, string>,
     };
-    if (kind === 'replicate') {
-      const baseUrl = this.url(`${at}.base_url`, (server.base_url as string | undefined) ?? REPLICATE_BASE_URL, unset);
-      this.servers.set(name, { ...common, kind, token: server.token as string, baseUrl });
-    } else {
-      this.servers.set(name, { ...common, kind, url: this.url(`${at}.url`, server.url as string, unset) });
-    }
+    this.servers.set(
+      name,
+      serverKind.build(server, common, { at, url: (where, value) => this.url(where, value, unset) }),
+    );
   }
 
   private route(key: string, raw: Json): void {
@@ -257,8 +266,8 @@ class EnginesFileReader {
     // An engine of an unknown kind was reported above; its routes cannot be checked.
     const kind = this.engineKinds.get(engine);
     if (!kind) return;
-    const routeKind: RouteKind = this.kinds[kind];
-    if (!this.checkRoute(routeKind, raw, at)) return;
+    const { route: routeKind }: EngineKind = this.kinds[kind];
+    if (!this.checkKind(routeKind, ROUTE_COMMON, raw, at)) return;
     // The types the route serves, and the inputs any of them takes.
     const served = type ? [type] : tool.generationTypes;
     const inputs = type ? type.inputs : tool.inputs;
@@ -279,20 +288,31 @@ class EnginesFileReader {
     if (route) this.routes.push(route);
   }
 
-  /** A route against its kind's schema; each error becomes a problem at its key path. */
-  private checkRoute(kind: RouteKind, raw: Json, at: string): boolean {
-    let validate = routeValidators.get(kind);
+  /**
+   * A server or a route against the common keys and its kind's; each error becomes a problem at its key path, but at a
+   * path in `unset` (a value whose variable is unset was reported as such).
+   */
+  private checkKind(
+    keys: KindKeys,
+    common: Readonly<Record<string, unknown>>,
+    raw: Json,
+    at: string,
+    unset: ReadonlySet<string> = new Set(),
+  ): boolean {
+    let validate = kindValidators.get(keys);
     if (!validate) {
       validate = ajv.compile({
         type: 'object',
         additionalProperties: false,
-        required: kind.required,
-        properties: { ...ROUTE_COMMON, ...kind.properties },
+        required: keys.required,
+        properties: { ...common, ...keys.properties },
       });
-      routeValidators.set(kind, validate);
+      kindValidators.set(keys, validate);
     }
     if (validate(raw)) return true;
-    for (const error of validate.errors ?? []) this.problems.push(describeError(error, at));
+    for (const error of validate.errors ?? []) {
+      if (!unset.has(errorPath(error, at))) this.problems.push(describeError(error, at));
+    }
     return false;
   }
 
