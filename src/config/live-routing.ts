@@ -62,9 +62,9 @@ export class LiveRouting implements OnModuleInit, OnModuleDestroy {
   }
 
   onModuleInit(): void {
-    if (this.config.enginesFile === undefined) return;
+    // Taken without a routing file too (there is nothing to read again): SIGHUP never stops the service.
     process.on('SIGHUP', this.onHangUp);
-    this.watch();
+    if (this.config.enginesFile !== undefined) this.watch();
   }
 
   onModuleDestroy(): void {
