@@ -36,31 +36,26 @@ const SERVER_COMMON = {
 const ROUTE_COMMON = { engine: { type: 'string' }, describe: STRING_MAP };
 
 /**
- * The file's shape and each kind's server; each kind's routes are its own (`EngineKind`, in src/engines/<kind>/). The
- * references between them are checked in code.
+ * The file's shape; the keys of each kind's servers and routes are the kind's own (`EngineKind`, in
+ * src/engines/<kind>/). The references between them are checked in code.
  */
-const SCHEMAS = {
-  file: {
-    type: 'object',
-    additionalProperties: false,
-    properties: {
-      engines: { type: 'object', additionalProperties: { type: 'object', required: ['kind'] } },
-      routes: { type: 'object', additionalProperties: { type: 'object', required: ['engine'] } },
-      tools: { type: 'object', additionalProperties: { type: 'object' } },
-    },
-    // Compose's convention for settings shared through anchors (`x-gpu: &gpu`): read by nothing but the YAML merge.
-    patternProperties: { '^x-': {} },
+const FILE = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    engines: { type: 'object', additionalProperties: { type: 'object', required: ['kind'] } },
+    routes: { type: 'object', additionalProperties: { type: 'object', required: ['engine'] } },
+    tools: { type: 'object', additionalProperties: { type: 'object' } },
   },
-} as const;
+  // Compose's convention for settings shared through anchors (`x-gpu: &gpu`): read by nothing but the YAML merge.
+  patternProperties: { '^x-': {} },
+};
 
-type SchemaName = keyof typeof SCHEMAS;
 type Json = Record<string, unknown>;
 type Validator = ReturnType<typeof ajv.compile>;
 
 const ajv = new Ajv({ allErrors: true, verbose: true, strict: false });
-const validators = Object.fromEntries(
-  Object.entries(SCHEMAS).map(([name, schema]) => [name, ajv.compile(schema)]),
-) as Record<SchemaName, Validator>;
+const validateFile = ajv.compile(FILE);
 /** Each kind's server or route schema: the keys every one has and the kind's own, compiled once per kind. */
 const kindValidators = new WeakMap<object, Validator>();
 
@@ -153,7 +148,7 @@ class EnginesFileReader {
 
   read(): { file: EnginesFile; problems: string[] } {
     const root = this.parse();
-    if (root && this.check('file', root, '')) {
+    if (root && this.checkFile(root)) {
       const { catalog, problems } = readToolsSection(root.tools as Json | undefined);
       this.catalog = catalog;
       this.problems.push(...problems);
@@ -395,16 +390,10 @@ class EnginesFileReader {
     return walk(value, at) as Json;
   }
 
-  /**
-   * Checks `value` against a schema; each error becomes a problem at its key path, but at a path in `unset`: a value
-   * whose variable is unset was reported as such, and its being empty is not another problem.
-   */
-  private check(schema: SchemaName, value: unknown, at: string, unset: ReadonlySet<string> = new Set()): boolean {
-    const validate = validators[schema];
-    if (validate(value)) return true;
-    for (const error of validate.errors ?? []) {
-      if (!unset.has(errorPath(error, at))) this.problems.push(describeError(error, at));
-    }
+  /** The file's top-level shape; each error becomes a problem at its key path. */
+  private checkFile(root: Json): boolean {
+    if (validateFile(root)) return true;
+    for (const error of validateFile.errors ?? []) this.problems.push(describeError(error, ''));
     return false;
   }
 }
