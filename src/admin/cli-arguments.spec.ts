@@ -16,6 +16,8 @@ describe('parseCli', () => {
       { name: 'limits set', user: 'ann', maxPending: undefined, creationsPerMinute: 120 },
     ],
     [['limits', 'reset', '--user', 'ann'], { name: 'limits reset', user: 'ann' }],
+    [['routing', 'check'], { name: 'routing check', file: undefined }],
+    [['routing', 'check', 'new.yaml'], { name: 'routing check', file: 'new.yaml' }],
   ])('reads %j', (args, command) => {
     expect(parseCli(args)).toEqual(command);
   });
@@ -36,6 +38,7 @@ describe('parseCli', () => {
     [['limits', 'set', '--user', 'ann', '--pending', '1.5']],
     [['limits', 'set', '--user', 'ann', '--per-minute', '1000001']],
     [['users', 'list', '--all']],
+    [['routing', 'check', 'a.yaml', 'b.yaml']],
   ])('refuses %j', (args) => {
     expect(() => parseCli(args)).toThrow(UsageError);
   });

@@ -343,3 +343,11 @@ function deadlineProblems(routing: EngineRouting, jobDeadlineMs: number): string
 export function loadConfig(): AppConfig {
   return new AppConfig(process.env);
 }
+
+/**
+ * The settings with another routing file, read as the service reads its own at boot and on a change (`igs routing
+ * check`): a `ConfigError` naming every problem when it does not pass.
+ */
+export function loadConfigWithRouting(file: string): AppConfig {
+  return new AppConfig({ ...process.env, ENGINES_FILE: file });
+}
