@@ -78,10 +78,22 @@ module.exports = {
     {
       name: 'engine-internals-private',
       comment:
-        'Outside src/engines/, engines are reached through their entry points (src/engines/index.ts, in-process.ts).',
+        "Outside src/engines/, engines are reached through their entry points (src/engines/index.ts, in-process.ts, and engine-kinds.ts: the kinds' checks of their servers and routes, for the routing file's reader in config).",
       severity: 'error',
-      from: { pathNot: '^src/engines/' },
-      to: { path: '^(src|dist)/engines/', pathNot: '^(src|dist)/engines/(index|in-process)\\.[jt]s$' },
+      from: { pathNot: '^(src|dist)/engines/' },
+      to: { path: '^(src|dist)/engines/', pathNot: '^(src|dist)/engines/(index|in-process|engine-kinds)\\.[jt]s$' },
+    },
+    {
+      name: 'engine-kinds-for-config-only',
+      comment:
+        "The routing file's reader (config, infrastructure) runs the kinds' checks: they import only config's types and each other, never an engine's run-time code.",
+      severity: 'error',
+      from: { path: '^src/engines/(engine-kinds|model-routes|[^/]+/[^/]+\\.settings)\\.ts$' },
+      to: {
+        path: '^src/',
+        pathNot:
+          '^src/config/(engines-file|engine-settings)\\.ts$|^src/engines/(model-routes|[^/]+/[^/]+\\.settings)\\.ts$',
+      },
     },
     {
       name: 'local-engine-in-threads-only',

@@ -7,7 +7,6 @@ import {
   type Client,
   type GenerationType,
   type HistoryItem,
-  type ImageInputName,
   type Tool,
   ServiceError,
   createClient,
@@ -156,7 +155,12 @@ function renderInputs(): void {
       const field =
         input.kind === 'image'
           ? element('input', { id, name: input.name, type: 'file', accept: 'image/jpeg,image/png,image/webp' })
-          : element('textarea', { id, name: input.name, rows: 2, maxLength: 1000 });
+          : element('textarea', {
+              id,
+              name: input.name,
+              rows: 2,
+              ...(input.max_length === undefined ? {} : { maxLength: input.max_length }),
+            });
       field.required = input.required;
       field.setAttribute('aria-describedby', hint.id);
       const label = element('label', {
@@ -209,14 +213,14 @@ function withCode(text: string): (string | HTMLElement)[] {
 
 async function submitJob(form: HTMLFormElement): Promise<void> {
   const data = new FormData(form);
-  const files: Partial<Record<ImageInputName, Blob>> = {};
+  const files: Record<string, Blob> = {};
   for (const field of form.querySelectorAll<HTMLInputElement>('input[type=file]')) {
     const file = field.files?.[0];
-    if (file) files[field.name as ImageInputName] = file;
+    if (file) files[field.name] = file;
   }
-  const urls: Partial<Record<ImageInputName, string>> = {};
+  const urls: Record<string, string> = {};
   for (const field of form.querySelectorAll<HTMLInputElement>('input.image-url')) {
-    if (field.value.trim() !== '') urls[field.dataset.input as ImageInputName] = field.value.trim();
+    if (field.value.trim() !== '') urls[field.dataset.input!] = field.value.trim();
   }
   const text = (name: string): string | undefined => {
     const value = data.get(name);
@@ -225,13 +229,19 @@ async function submitJob(form: HTMLFormElement): Promise<void> {
   $<HTMLButtonElement>('submit').disabled = true;
   try {
     // A job takes its images one way: with any URL, the files are stored first and named by their ids.
-    const images: Partial<Record<ImageInputName, Blob | string>> =
+    const images: Record<string, Blob | string> =
       Object.keys(urls).length === 0 ? files : { ...urls, ...(await storedFilesOf(files)) };
     const accepted = await client!.createJob({
       tool: text('tool') ?? '',
       generationType: text('generation_type'),
       images,
-      prompt: text('prompt'),
+      // Every text input the form shows (the chosen type's, read from the API), each left out when empty.
+      texts: Object.fromEntries(
+        [...form.querySelectorAll<HTMLTextAreaElement>('#inputs textarea')].flatMap((field) => {
+          const value = text(field.name);
+          return value === undefined ? [] : [[field.name, value]];
+        }),
+      ),
     });
     showJob({ status: 'pending' });
     void loadHistory();
@@ -249,7 +259,7 @@ async function submitJob(form: HTMLFormElement): Promise<void> {
 }
 
 /** Each file stored with `POST /files`, by input name, as the `file_id` a JSON job names it by. */
-async function storedFilesOf(files: Partial<Record<ImageInputName, Blob>>): Promise<Record<string, string>> {
+async function storedFilesOf(files: Record<string, Blob>): Promise<Record<string, string>> {
   const stored = await Promise.all(
     Object.entries(files).map(async ([name, file]) => [name, (await client!.uploadFile(file)).file_id] as const),
   );
@@ -295,7 +305,7 @@ async function loadHistory(): Promise<void> {
     page,
     limit: PAGE_SIZE,
     ...(status ? { status: status as HistoryItem['status'] } : {}),
-    ...(type ? { generation_type: type as never } : {}),
+    ...(type ? { generation_type: type } : {}),
   });
   totalPages = Math.max(1, result.total_pages);
   // The page shown emptied (its last items deleted, here or elsewhere): the new last page takes its place.

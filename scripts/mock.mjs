@@ -51,6 +51,7 @@ import { fileURLToPath, URLSearchParams } from 'node:url';
 import busboy from 'busboy';
 import sharp from 'sharp';
 import { parse } from 'yaml';
+import { BUILT_IN } from '../dist/catalog/catalog.js';
 import { GenerationTypeDto, toolAskedFor } from '../dist/catalog/catalog.dto.js';
 import { assignRequestId } from '../dist/common/logging.js';
 import { preferredWait } from '../dist/common/prefer.js';
@@ -219,7 +220,7 @@ async function mockOperation(request, response) {
   if (accepted && operation?.id === 'listGenerationTypes') {
     try {
       // The local engine's descriptions: the mock knows no routing file.
-      const tool = toolAskedFor(new URLSearchParams(query).get('tool') ?? '');
+      const tool = toolAskedFor(new URLSearchParams(query).get('tool') ?? '', BUILT_IN);
       answerBody = JSON.stringify(GenerationTypeDto.listFor(tool, () => undefined));
     } catch (error) {
       if (error instanceof DomainError) return problem(error);
@@ -346,7 +347,7 @@ function isJson(contentType) {
 function jsonJobRefusal(body) {
   try {
     const { parts, imageValues } = jsonJobParts(JSON.parse(body.toString('utf8')));
-    const form = checkToolForm(parts);
+    const form = checkToolForm(parts, BUILT_IN);
     for (const name of form.images) imageSourceOf(name, imageValues.get(name));
     return undefined;
   } catch (error) {
@@ -431,7 +432,7 @@ function toolFormRefusal(contentType, body) {
     });
     parser.once('close', () => {
       try {
-        checkToolForm({ texts, files });
+        checkToolForm({ texts, files }, BUILT_IN);
         resolve(undefined);
       } catch (error) {
         if (error instanceof DomainError) resolve(error);

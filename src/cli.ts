@@ -6,7 +6,7 @@ import { type CliCommand, parseCli, UsageError, USAGE } from './admin/cli-argume
 import { type RemovalPlan, type Removed, UserRemoval } from './admin/user-removal.js';
 import { ApiKeyService } from './auth/api-key.service.js';
 import { ApiKeysModule } from './auth/auth.module.js';
-import { type AppConfig, ConfigError, loadConfig } from './config/config.js';
+import { type AppConfig, ConfigError, loadConfig, loadConfigWithRouting } from './config/config.js';
 import { isWellFormedApiKey, lookupPrefix } from './common/api-key.js';
 import { count } from './common/count.js';
 import { DrainingModule } from './common/draining.module.js';
@@ -56,6 +56,8 @@ async function main(args: string[]): Promise<number> {
     process.stderr.write(`igs: ${error.message}\n\n${USAGE}`);
     return 2;
   }
+  // Reads no database: a routing file is checked before it is put where the service reads it.
+  if (command.name === 'routing check') return checkRouting(command.file);
   const config = loadConfig();
   // On stderr: stdout is what scripts read. An operator who forgot DATABASE_URL sees here why no key is found.
   if (!config.databaseUrl) {
@@ -143,6 +145,8 @@ async function run(command: CliCommand, app: INestApplicationContext, config: Ap
       print(`Removed user "${plan.user.name}" with ${describeRemoved(await removal.remove(plan))}.`);
       return 0;
     }
+    case 'routing check':
+      return checkRouting(command.file);
     case 'limits set':
     case 'limits reset': {
       // `limits set` carries the limits given; the others are undefined and stay as they are.
@@ -163,6 +167,22 @@ async function run(command: CliCommand, app: INestApplicationContext, config: Ap
       return 0;
     }
   }
+}
+
+/** `igs routing check`: the file's tools and routes, or its problems (thrown as a ConfigError: exit 1). */
+function checkRouting(file: string | undefined): number {
+  const config = file === undefined ? loadConfig() : loadConfigWithRouting(file);
+  if (config.enginesFile === undefined) return fail('Name a routing file, or set ENGINES_FILE.');
+  const { catalog, engineRouting } = config;
+  const print = (line: string) => process.stdout.write(`${line}\n`);
+  print(`${config.enginesFile} passes the checks.`);
+  for (const tool of catalog.tools) {
+    const types = tool.generationTypes.map((type) => type.id).join(', ');
+    print(`tool\t${tool.id}\t${tool.configured ? 'configured' : 'built-in'}\t${tool.title}\t${types}`);
+  }
+  for (const tool of catalog.withdrawn) print(`tool\t${tool.id}\twithdrawn\t${tool.title}`);
+  for (const route of engineRouting.routes) print(`route\t${route.key}\t${route.engine} (${route.kind})`);
+  return 0;
 }
 
 function fail(message: string): number {

@@ -1,5 +1,6 @@
 import 'reflect-metadata';
 import { fileURLToPath } from 'node:url';
+import { ShutdownSignal } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import type { Request } from 'express';
@@ -41,7 +42,11 @@ async function bootstrap(config: AppConfig): Promise<void> {
   // on, nothing held open waits any longer and no job still waiting for its engine's slot starts.
   const draining = app.get(Draining);
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => draining.begin());
-  app.enableShutdownHooks([], { useProcessExit: true });
+  // Every signal Nest knows but SIGHUP, which reads the routing file again (LiveRouting) and must not stop the process.
+  app.enableShutdownHooks(
+    Object.values(ShutdownSignal).filter((signal) => signal !== ShutdownSignal.SIGHUP),
+    { useProcessExit: true },
+  );
   if (config.runsApi) {
     const contract = app.get(Contract);
     SwaggerModule.setup(DOCS_ROUTE, app, contract.document as unknown as OpenAPIObject, {

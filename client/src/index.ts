@@ -42,6 +42,8 @@ export interface CreateJobOptions {
   images: Partial<Record<ImageInputName, ImageData | string>>;
   /** The `default` tool's optional text. */
   prompt?: string;
+  /** Text inputs by name (a configured tool's, as `generationTypes` lists them), beside `prompt`. */
+  texts?: Record<string, string>;
   /** HTTPS URL the service POSTs the final item to, signed (see `@igs/client/webhooks`). */
   webhookUrl?: string;
   /** Makes retries safe: a repeat with the same key answers the first job instead of creating another. */
@@ -157,6 +159,7 @@ export class Client {
       }
       const inputs: Record<string, string> = Object.fromEntries(named as [string, string][]);
       if (options.prompt !== undefined) inputs.prompt = options.prompt;
+      Object.assign(inputs, options.texts);
       const body: JobRequest = { tool: options.tool, inputs };
       if (options.generationType !== undefined) body.generation_type = options.generationType;
       if (options.webhookUrl !== undefined) body.webhook_url = options.webhookUrl;
@@ -171,6 +174,7 @@ export class Client {
     if (options.generationType !== undefined) form.append('generation_type', options.generationType);
     for (const [name, image] of images) form.append(name, toBlob(image as ImageData), name);
     if (options.prompt !== undefined) form.append('prompt', options.prompt);
+    for (const [name, text] of Object.entries(options.texts ?? {})) form.append(name, text);
     if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
     return dataOf(
       await this.send(() =>

@@ -20,6 +20,8 @@ describe('parseCli', () => {
       { name: 'limits set', user: 'ann', concurrentUploads: 2, eventStreams: 5, heldRequests: 1 },
     ],
     [['limits', 'reset', '--user', 'ann'], { name: 'limits reset', user: 'ann' }],
+    [['routing', 'check'], { name: 'routing check', file: undefined }],
+    [['routing', 'check', 'new.yaml'], { name: 'routing check', file: 'new.yaml' }],
   ])('reads %j', (args, command) => {
     expect(parseCli(args)).toEqual(command);
   });
@@ -43,6 +45,7 @@ describe('parseCli', () => {
     [['limits', 'set', '--user', 'ann', '--held', 'all']],
     [['limits', 'set', '--user', 'ann', '--uploads']],
     [['users', 'list', '--all']],
+    [['routing', 'check', 'a.yaml', 'b.yaml']],
   ])('refuses %j', (args) => {
     expect(() => parseCli(args)).toThrow(UsageError);
   });

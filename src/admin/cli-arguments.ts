@@ -16,7 +16,8 @@ export type CliCommand =
       eventStreams?: number;
       heldRequests?: number;
     }
-  | { name: 'limits reset'; user: string };
+  | { name: 'limits reset'; user: string }
+  | { name: 'routing check'; file: string | undefined };
 
 export const USAGE = `Usage: igs <command>   (in the image: node dist/cli.js <command>)
 
@@ -35,6 +36,9 @@ export const USAGE = `Usage: igs <command>   (in the image: node dist/cli.js <co
                                              LIMIT_EVENT_STREAMS and LIMIT_HELD_REQUESTS; in effect
                                              everywhere within 10 s
   igs limits reset --user <name>             back to the defaults
+  igs routing check [<file>]                 check a routing file (ENGINES_FILE unless given) as the service
+                                             checks it at boot and on a change; prints its tools and routes,
+                                             or every problem with its key path (exit 1). Nothing is changed.
 
 It reads the service's settings (DATABASE_URL, REDIS_URL, STORAGE...) from the environment, as the service does.
 \`npm run apikey -- create|list|revoke\` are \`igs keys create|list|revoke\`.
@@ -101,6 +105,10 @@ export function parseCli(args: readonly string[]): CliCommand {
     case 'limits reset': {
       const { values } = parse(options, { user: 'string' }, 0);
       return { name: 'limits reset', user: required(values.user, '--user') };
+    }
+    case 'routing check': {
+      const { positionals } = parse(options, {}, options.length === 0 ? 0 : 1);
+      return { name: 'routing check', file: positionals[0] };
     }
     default:
       throw new UsageError(first === undefined ? 'no command' : `unknown command: ${args.slice(0, 2).join(' ')}`);

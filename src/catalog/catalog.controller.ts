@@ -1,29 +1,26 @@
 import { Controller, Get, Query } from '@nestjs/common';
-import { AppConfig } from '../config/config.js';
-import { CATALOG } from './catalog.js';
+import { LiveRouting } from '../config/live-routing.js';
 import { GenerationTypeDto, GenerationTypesQueryDto, toolAskedFor, ToolDto } from './catalog.dto.js';
 
+/** The catalog in use (the routing file's, as last reloaded), read for every request: nothing is kept here. */
 @Controller('generation')
 export class CatalogController {
-  private readonly tools = CATALOG.map((tool) => ToolDto.from(tool));
-  /** By route key (`tool` or `tool/generation_type`): the `describe` texts of each route to a model server. */
-  private readonly remote: ReadonlyMap<string, Readonly<Record<string, string>>>;
-
-  constructor(config: AppConfig) {
-    this.remote = new Map(config.engineRouting.routes.map((route) => [route.key, route.describe]));
-  }
+  constructor(private readonly routing: LiveRouting) {}
 
   @Get('tools')
   listTools(): ToolDto[] {
-    return this.tools;
+    return this.routing.current.catalog.tools.map((tool) => ToolDto.from(tool));
   }
 
   @Get('generationTypes')
   listGenerationTypes(@Query() { tool }: GenerationTypesQueryDto): GenerationTypeDto[] {
-    const found = toolAskedFor(tool);
+    const { catalog, engineRouting } = this.routing.current;
+    const found = toolAskedFor(tool, catalog);
+    // The `describe` texts of each route to a model server, by route key (`tool` or `tool/generation_type`).
+    const remote = new Map(engineRouting.routes.map((route) => [route.key, route.describe]));
     return GenerationTypeDto.listFor(
       found,
-      (generationType) => this.remote.get(`${found.id}/${generationType}`) ?? this.remote.get(found.id),
+      (generationType) => remote.get(`${found.id}/${generationType}`) ?? remote.get(found.id),
     );
   }
 }

@@ -1,7 +1,7 @@
 import { IsNotEmpty, IsString } from 'class-validator';
 import { DomainError } from '../common/problem.js';
 import type { components, operations } from '../generated/openapi.js';
-import { type CatalogTool, findTool } from './catalog.js';
+import type { Catalog, CatalogTool } from './catalog.js';
 
 type ToolSchema = components['schemas']['Tool'];
 type GenerationTypeSchema = components['schemas']['GenerationType'];
@@ -42,10 +42,11 @@ export class GenerationTypeDto implements GenerationTypeSchema {
         title: type.title,
         description: type.description,
         is_default: index === 0,
-        inputs: tool.inputs.map(({ name, kind, required, description, neutralDescription }) => ({
+        inputs: type.inputs.map(({ name, kind, required, description, neutralDescription, maxLength }) => ({
           name,
           kind,
           required,
+          ...(maxLength === undefined ? {} : { max_length: maxLength }),
           description: describe ? (describe[name] ?? neutralDescription) : description,
         })),
       };
@@ -53,9 +54,9 @@ export class GenerationTypeDto implements GenerationTypeSchema {
   }
 }
 
-/** The tool `GET /generation/generationTypes?tool=` asks for; an unknown one is a 404. */
-export function toolAskedFor(id: string): CatalogTool {
-  const found = findTool(id);
+/** The tool `GET /generation/generationTypes?tool=` asks for, in the catalog in use; an unknown one is a 404. */
+export function toolAskedFor(id: string, catalog: Catalog): CatalogTool {
+  const found = catalog.findTool(id);
   if (!found) throw new DomainError('not_found', `There is no tool "${id}"; see /generation/tools.`);
   return found;
 }

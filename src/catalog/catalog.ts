@@ -1,8 +1,12 @@
 /**
- * The one catalog of tools, generation types and their inputs. The tools list, the generation types
- * endpoint, upload validation and the worker's choice of pipeline all read it.
+ * The catalog of tools, generation types and their inputs: the built-in tools, and a catalog in use made of them and
+ * the routing file's `tools:` section (docs/engines.md). The tools list, the generation types endpoint, upload
+ * validation and the worker's choice of pipeline all read the catalog in use.
  */
 import type { components } from '../generated/openapi.js';
+
+/** What tool ids, generation type ids and input names look like (the contract's `ToolId`, `GenerationTypeId`). */
+export const CATALOG_ID = /^[a-z][a-z0-9_]{1,39}$/;
 
 export interface CatalogInput {
   name: components['schemas']['GenerationInput']['name'];
@@ -23,16 +27,26 @@ export interface CatalogGenerationType {
   id: string;
   title: string;
   description: string;
+  /** The form fields of a job of this type. */
+  inputs: readonly CatalogInput[];
 }
 
 export interface CatalogTool {
   id: string;
   group: 'fashion' | 'interior' | 'textile' | 'default';
   title: string;
+  /** Every input of any of its generation types (a built-in tool's types all take the same ones). */
   inputs: readonly CatalogInput[];
   /** The first one is the tool's default. */
   generationTypes: readonly CatalogGenerationType[];
+  /** Defined in the routing file's `tools:` section, not built in: a model server serves it, never the local engine. */
+  configured: boolean;
 }
+
+/** A built-in tool as written below: every generation type takes the tool's inputs. */
+type BuiltInTool = Omit<CatalogTool, 'generationTypes' | 'configured'> & {
+  generationTypes: ReadonlyArray<Omit<CatalogGenerationType, 'inputs'>>;
+};
 
 const clothes: CatalogInput = {
   name: 'clothes',
@@ -51,7 +65,7 @@ const person = (description: string): CatalogInput => ({
   neutralDescription: 'Photo of the person.',
 });
 
-export const CATALOG: readonly CatalogTool[] = [
+const BUILT_IN_TOOLS: readonly BuiltInTool[] = [
   {
     id: 'fashion_swap',
     group: 'fashion',
@@ -203,11 +217,51 @@ export const CATALOG: readonly CatalogTool[] = [
   },
 ];
 
-/** Generation type ids are global: each names one tool's type. */
-export const GENERATION_TYPE_IDS: readonly string[] = CATALOG.flatMap((tool) => tool.generationTypes.map((t) => t.id));
+/** The built-in tools, as the service ships them. */
+export const CATALOG: readonly CatalogTool[] = BUILT_IN_TOOLS.map((tool) => ({
+  ...tool,
+  configured: false,
+  generationTypes: tool.generationTypes.map((type) => ({ ...type, inputs: tool.inputs })),
+}));
 
-const toolsById = new Map(CATALOG.map((tool) => [tool.id, tool]));
+/** A set of tools in use: the built-in ones, or those and the routing file's `tools:` section. */
+export class Catalog {
+  private readonly byId: ReadonlyMap<string, CatalogTool>;
+  private readonly typeOwners: ReadonlyMap<string, CatalogTool>;
+
+  /**
+   * @param tools the tools offered, in the order they are listed
+   * @param withdrawn tools the file withdrew (`disabled: true`): offered to nobody, but their routes still serve the
+   *   jobs already made of them
+   */
+  constructor(
+    readonly tools: readonly CatalogTool[],
+    readonly withdrawn: readonly CatalogTool[] = [],
+  ) {
+    this.byId = new Map(tools.map((tool) => [tool.id, tool]));
+    this.typeOwners = new Map(tools.flatMap((tool) => tool.generationTypes.map((type) => [type.id, tool] as const)));
+  }
+
+  /** A tool offered now. */
+  findTool(id: string): CatalogTool | undefined {
+    return this.byId.get(id);
+  }
+
+  /** A generation type offered now, with its tool. */
+  findGenerationType(
+    toolId: string,
+    generationType: string,
+  ): { tool: CatalogTool; type: CatalogGenerationType } | undefined {
+    const tool = this.typeOwners.get(generationType);
+    const type =
+      tool?.id === toolId ? tool.generationTypes.find((candidate) => candidate.id === generationType) : undefined;
+    return tool && type && { tool, type };
+  }
+}
+
+/** The catalog when no routing file says otherwise. */
+export const BUILT_IN = new Catalog(CATALOG);
 
 export function findTool(id: string): CatalogTool | undefined {
-  return toolsById.get(id);
+  return BUILT_IN.findTool(id);
 }

@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
-import { CATALOG } from '../catalog/catalog.js';
+import { BUILT_IN, type Catalog, CATALOG } from '../catalog/catalog.js';
+import { ENGINE_KINDS } from '../engines/engine-kinds.js';
 import { parseDuration } from './duration.js';
 import type { CogRoute, CogServerSetting, EngineRouting } from './engine-settings.js';
 import { readEnginesFile } from './engines-file.js';
@@ -120,8 +121,17 @@ export class AppConfig {
   readonly corsOrigins: readonly string[];
   /** A connection with no traffic for this long is closed, so stalled uploads cannot hold sockets and temp files. */
   readonly httpIdleTimeoutMs: number;
-  /** The model servers and the routes to them: the routing file (ENGINES_FILE) and `ENGINE_<TOOL>` shortcuts. */
+  /**
+   * The model servers and the routes to them: the routing file (ENGINES_FILE) and `ENGINE_<TOOL>` shortcuts, as read at
+   * boot. The file may change while the service runs: `LiveRouting` holds the one in use.
+   */
   readonly engineRouting: EngineRouting;
+  /** The tools offered, as read at boot: the built-in ones and the routing file's `tools:` section. */
+  readonly catalog: Catalog;
+  /** Where the routing file is; undefined when there is none. */
+  readonly enginesFile: string | undefined;
+  private readonly env: NodeJS.ProcessEnv;
+  private readonly variables: EnvironmentVariables;
   /** How long a final item is kept after `completed_at` (HISTORY_RETENTION); undefined: until its user deletes it. */
   readonly historyRetentionMs: number | undefined;
   /** How often the workers look for items past their retention; at most a minute, as the operators' guide says. */
@@ -201,12 +211,34 @@ export class AppConfig {
     this.trustProxyHops = read.TRUST_PROXY;
     this.corsOrigins = read.CORS_ORIGINS;
     this.httpIdleTimeoutMs = read.HTTP_IDLE_TIMEOUT_MS;
-    this.engineRouting = engineRouting(env, read, problems);
-    problems.push(...deadlineProblems(this.engineRouting, this.jobDeadlineMs));
+    this.env = env;
+    this.variables = read;
+    this.enginesFile = read.ENGINES_FILE === undefined ? undefined : resolve(read.ENGINES_FILE);
+    const routing = this.routingProblems();
+    this.engineRouting = routing.engineRouting;
+    this.catalog = routing.catalog;
+    problems.push(...routing.problems);
     if (this.mediaDelivery === 'presigned' && this.storage.kind !== 's3') {
       problems.push('MEDIA_DELIVERY=presigned needs STORAGE=s3: only a bucket can answer a presigned URL');
     }
     if (problems.length > 0) throw new ConfigError(problems);
+  }
+
+  /**
+   * The routing file read again, with the boot's checks (the environment is the boot's): a `ConfigError` naming every
+   * problem when it does not pass them.
+   */
+  readRouting(): { engineRouting: EngineRouting; catalog: Catalog } {
+    const { problems, ...routing } = this.routingProblems();
+    if (problems.length > 0) throw new ConfigError(problems);
+    return routing;
+  }
+
+  private routingProblems(): { engineRouting: EngineRouting; catalog: Catalog; problems: string[] } {
+    const problems: string[] = [];
+    const { routing, catalog } = engineRouting(this.env, this.variables, problems);
+    problems.push(...deadlineProblems(routing, this.jobDeadlineMs));
+    return { engineRouting: routing, catalog, problems };
   }
 
   get runsApi(): boolean {
@@ -229,16 +261,22 @@ export class ConfigError extends Error {
  * The routing file's servers and routes, plus a server and a route for each `ENGINE_<TOOL>=cog:<url>`; their
  * problems join `problems`. The shortcuts are read here, not in the DTO: their names come from the catalog.
  */
-function engineRouting(env: NodeJS.ProcessEnv, read: EnvironmentVariables, problems: string[]): EngineRouting {
+function engineRouting(
+  env: NodeJS.ProcessEnv,
+  read: EnvironmentVariables,
+  problems: string[],
+): { routing: EngineRouting; catalog: Catalog } {
   const routing = {
     servers: [] as EngineRouting['servers'][number][],
     routes: [] as EngineRouting['routes'][number][],
   };
+  let catalog = BUILT_IN;
   if (read.ENGINES_FILE !== undefined) {
-    const { file, problems: fileProblems } = readEnginesFile(read.ENGINES_FILE, env);
+    const { file, problems: fileProblems } = readEnginesFile(read.ENGINES_FILE, env, ENGINE_KINDS);
     problems.push(...fileProblems);
     routing.servers.push(...file.servers);
     routing.routes.push(...file.routes);
+    catalog = file.catalog;
   }
   const given = givenIn(env);
   problems.push(...misnamedShortcuts(given));
@@ -276,7 +314,7 @@ function engineRouting(env: NodeJS.ProcessEnv, read: EnvironmentVariables, probl
     };
     routing.routes.push(route);
   }
-  return routing;
+  return { routing, catalog };
 }
 
 /**
@@ -347,4 +385,12 @@ export function assertServingSettings(config: AppConfig): void {
 /** The one read of the process environment. */
 export function loadConfig(): AppConfig {
   return new AppConfig(process.env);
+}
+
+/**
+ * The settings with another routing file, read as the service reads its own at boot and on a change (`igs routing
+ * check`): a `ConfigError` naming every problem when it does not pass.
+ */
+export function loadConfigWithRouting(file: string): AppConfig {
+  return new AppConfig({ ...process.env, ENGINES_FILE: file });
 }

@@ -4,7 +4,8 @@
  * `engines-file.ts`; engines import only these types.
  */
 
-interface ServerBase {
+/** What every model server has, whatever its kind. */
+export interface ServerBase {
   /** The operator's name for the server: the routing file's key under `engines`. */
   name: string;
   /** Jobs in flight on this server at once, across all worker processes. */
@@ -37,7 +38,8 @@ export interface ComfyServerSetting extends ServerBase {
 export type EngineServerSetting = CogServerSetting | ReplicateServerSetting | ComfyServerSetting;
 export type RemoteEngineKind = EngineServerSetting['kind'];
 
-interface RouteBase {
+/** What every route has, whatever its engine's kind. */
+export interface RouteBase {
   /** As written in the file: `tool` or `tool/generation_type`. */
   key: string;
   tool: string;

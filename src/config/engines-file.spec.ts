@@ -123,7 +123,11 @@ routes:
   });
 
   it.each([
-    ['an unknown top-level key', `${COMFY_ENGINE}\nroute: {}\n`, 'route: unknown key (allowed: engines, routes)'],
+    [
+      'an unknown top-level key',
+      `${COMFY_ENGINE}\nroute: {}\n`,
+      'route: unknown key (allowed: engines, routes, tools)',
+    ],
     [
       'an unknown key of an engine',
       `${COMFY_ENGINE}    concurency: 2\nroutes: {}\n`,

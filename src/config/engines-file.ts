@@ -1,19 +1,18 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { Ajv, type ErrorObject } from 'ajv';
+import { Ajv } from 'ajv';
 import { parseDocument } from 'yaml';
-import { type CatalogTool, CATALOG, findTool } from '../catalog/catalog.js';
+import {
+  BUILT_IN,
+  type Catalog,
+  type CatalogGenerationType,
+  type CatalogInput,
+  type CatalogTool,
+} from '../catalog/catalog.js';
 import { parseDuration } from './duration.js';
-import type {
-  ComfyNodeInput,
-  ComfyRoute,
-  ComfyWorkflow,
-  EngineServerSetting,
-  InputNames,
-  ReplicateRoute,
-  RouteSetting,
-  CogRoute,
-} from './engine-settings.js';
+import { describeError, errorPath } from './schema-errors.js';
+import { readToolsSection } from './tools-section.js';
+import type { EngineServerSetting, RemoteEngineKind, RouteBase, RouteSetting, ServerBase } from './engine-settings.js';
 
 const DEFAULT_CONCURRENCY = 1;
 /** `${VAR}`: read from the environment in an engine's settings. */
@@ -21,9 +20,6 @@ const VARIABLE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 /** `$VAR` as a word of its own: a variable written without its braces. */
 const BARE_VARIABLE = /(?<=^|\s)\$([A-Za-z_][A-Za-z0-9_]*)(?=\s|$)/g;
 const DEFAULT_TIMEOUT = '5m';
-const REPLICATE_BASE_URL = 'https://api.replicate.com/v1';
-/** ComfyUI's core node classes that load an uploaded image by file name into `inputs.image`. */
-const IMAGE_LOADERS = new Set(['LoadImage', 'LoadImageMask']);
 
 const DURATION = {
   type: 'string',
@@ -31,98 +27,92 @@ const DURATION = {
   description: 'a duration above zero, such as 30s, 10m or 2h',
 };
 const STRING_MAP = { type: 'object', additionalProperties: { type: 'string' } };
-const NODE_ID = { type: ['string', 'integer'], description: 'a node id of the workflow, such as "11"' };
-const NODE_INPUT = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['node'],
-  properties: { node: NODE_ID, input: { type: 'string', minLength: 1 } },
-};
 const SERVER_COMMON = {
-  kind: { enum: ['cog', 'replicate', 'comfyui'] },
+  kind: { type: 'string' },
   concurrency: { type: 'integer', minimum: 1, maximum: 1000 },
   timeout: DURATION,
   headers: STRING_MAP,
 };
 const ROUTE_COMMON = { engine: { type: 'string' }, describe: STRING_MAP };
-const MODEL_INPUTS = { type: 'object', additionalProperties: { type: 'string', minLength: 1 } };
 
-/** The file's shape, and each kind's server and route; the references between them are checked in code. */
-const SCHEMAS = {
-  file: {
-    type: 'object',
-    additionalProperties: false,
-    properties: {
-      engines: { type: 'object', additionalProperties: { type: 'object', required: ['kind'] } },
-      routes: { type: 'object', additionalProperties: { type: 'object', required: ['engine'] } },
-    },
-    // Compose's convention for settings shared through anchors (`x-gpu: &gpu`): read by nothing but the YAML merge.
-    patternProperties: { '^x-': {} },
+/**
+ * The file's shape; the keys of each kind's servers and routes are the kind's own (`EngineKind`, in
+ * src/engines/<kind>/). The references between them are checked in code.
+ */
+const FILE = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    engines: { type: 'object', additionalProperties: { type: 'object', required: ['kind'] } },
+    routes: { type: 'object', additionalProperties: { type: 'object', required: ['engine'] } },
+    tools: { type: 'object', additionalProperties: { type: 'object' } },
   },
-  'server:cog': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['url'],
-    properties: { ...SERVER_COMMON, url: { type: 'string' } },
-  },
-  'server:comfyui': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['url'],
-    properties: { ...SERVER_COMMON, url: { type: 'string' } },
-  },
-  'server:replicate': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['token'],
-    properties: { ...SERVER_COMMON, token: { type: 'string', minLength: 1 }, base_url: { type: 'string' } },
-  },
-  'route:cog': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['inputs'],
-    properties: { ...ROUTE_COMMON, inputs: MODEL_INPUTS, params: { type: 'object' } },
-  },
-  'route:replicate': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['inputs'],
-    properties: {
-      ...ROUTE_COMMON,
-      model: {
-        type: 'string',
-        pattern: '^[\\w.-]+/[\\w.-]+$',
-        description:
-          'owner/name of an official model, such as black-forest-labs/flux-kontext-pro, or of the version given',
-      },
-      version: { type: 'string', pattern: '^[0-9a-f]{64}$', description: 'a model version id: 64 hex digits' },
-      inputs: MODEL_INPUTS,
-      params: { type: 'object' },
-    },
-  },
-  'route:comfyui': {
-    type: 'object',
-    additionalProperties: false,
-    required: ['workflow', 'inputs', 'output'],
-    properties: {
-      ...ROUTE_COMMON,
-      workflow: { type: 'string', minLength: 1 },
-      inputs: { type: 'object', additionalProperties: NODE_INPUT },
-      output: { type: 'object', additionalProperties: false, required: ['node'], properties: { node: NODE_ID } },
-      seed: { ...NODE_INPUT, required: ['node', 'input'] },
-    },
-  },
-} as const;
+  // Compose's convention for settings shared through anchors (`x-gpu: &gpu`): read by nothing but the YAML merge.
+  patternProperties: { '^x-': {} },
+};
 
-type SchemaName = keyof typeof SCHEMAS;
 type Json = Record<string, unknown>;
+type Validator = ReturnType<typeof ajv.compile>;
 
 const ajv = new Ajv({ allErrors: true, verbose: true, strict: false });
-const validators = Object.fromEntries(
-  Object.entries(SCHEMAS).map(([name, schema]) => [name, ajv.compile(schema)]),
-) as Record<SchemaName, ReturnType<typeof ajv.compile>>;
+const validateFile = ajv.compile(FILE);
+/** Each kind's server or route schema: the keys every one has and the kind's own, compiled once per kind. */
+const kindValidators = new WeakMap<object, Validator>();
+
+/** What the file's reader gives a kind's checks of one route. */
+export interface RouteCheckContext {
+  /** The route's key path, such as `routes.fashion_swap`. */
+  at: string;
+  /** The inputs of the tool the route serves. */
+  inputs: readonly CatalogInput[];
+  /** Reports a problem; its message starts with its key path. */
+  problem: (message: string) => void;
+  /** A path written in the file (a workflow), read relative to the file's folder. */
+  resolve: (file: string) => string;
+}
+
+/** What the file's reader gives a kind's checks of one server. */
+export interface ServerCheckContext {
+  /** The server's key path, such as `engines.comfy`. */
+  at: string;
+  /** An absolute http(s) URL without credentials (a problem at `at` otherwise), kept without its trailing slash. */
+  url: (at: string, value: string) => string;
+}
+
+/** A kind's keys beside the common ones: those it requires, and the JSON Schema of each. */
+interface KindKeys {
+  required: readonly string[];
+  properties: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * One kind of model server, as the routing file names it: the keys its servers and its routes take beside the common
+ * ones (`kind`, `concurrency`, `timeout`, `headers`; `engine`, `describe`), and the checks of what those say.
+ */
+export interface EngineKind<
+  Server extends EngineServerSetting = EngineServerSetting,
+  Route extends RouteSetting = RouteSetting,
+> {
+  server: KindKeys & {
+    /** The server from one that matched the schema, its `${VAR}`s read. */
+    build(raw: Json, common: ServerBase, context: ServerCheckContext): Server;
+  };
+  route: KindKeys & {
+    /** The route from one that matched the schema; undefined when it cannot be used (its problems reported). */
+    build(raw: Json, base: RouteBase, context: RouteCheckContext): Route | undefined;
+  };
+}
+
+export type EngineKinds = {
+  [Kind in RemoteEngineKind]: EngineKind<
+    Extract<EngineServerSetting, { kind: Kind }>,
+    Extract<RouteSetting, { kind: Kind }>
+  >;
+};
 
 export interface EnginesFile {
+  /** The built-in tools with the file's `tools:` section applied. */
+  catalog: Catalog;
   servers: EngineServerSetting[];
   routes: RouteSetting[];
 }
@@ -131,8 +121,12 @@ export interface EnginesFile {
  * Reads and checks the routing file (`ENGINES_FILE`, see docs/engines.md). Every problem is reported, each naming its
  * key path (`routes.fashion_swap.inputs.person.node: ...`); `problems` is empty when the file is good.
  */
-export function readEnginesFile(path: string, env: NodeJS.ProcessEnv): { file: EnginesFile; problems: string[] } {
-  return new EnginesFileReader(resolve(path), env).read();
+export function readEnginesFile(
+  path: string,
+  env: NodeJS.ProcessEnv,
+  kinds: EngineKinds,
+): { file: EnginesFile; problems: string[] } {
+  return new EnginesFileReader(resolve(path), env, kinds).read();
 }
 
 class EnginesFileReader {
@@ -142,24 +136,47 @@ class EnginesFileReader {
    * Every engine the file names, with its kind when that is known: a route to an engine refused for a problem of its
    * own is still checked against its kind, so that one run shows every problem.
    */
-  private readonly kinds = new Map<string, EngineServerSetting['kind'] | undefined>();
+  private readonly engineKinds = new Map<string, EngineServerSetting['kind'] | undefined>();
   private readonly routes: RouteSetting[] = [];
+  private catalog: Catalog = BUILT_IN;
 
   constructor(
     private readonly path: string,
     private readonly env: NodeJS.ProcessEnv,
+    private readonly kinds: EngineKinds,
   ) {}
 
   read(): { file: EnginesFile; problems: string[] } {
     const root = this.parse();
-    if (root && this.check('file', root, '')) {
+    if (root && this.checkFile(root)) {
+      const { catalog, problems } = readToolsSection(root.tools as Json | undefined);
+      this.catalog = catalog;
+      this.problems.push(...problems);
       for (const [name, server] of Object.entries((root.engines ?? {}) as Record<string, Json>)) {
         this.server(name, server);
       }
       for (const [key, route] of Object.entries((root.routes ?? {}) as Record<string, Json>)) this.route(key, route);
+      this.checkConfiguredToolsRouted(root.routes as Json | undefined);
     }
     const problems = this.problems.map((problem) => `ENGINES_FILE ${this.path}: ${problem}`);
-    return { file: { servers: [...this.servers.values()], routes: this.routes }, problems };
+    return { file: { catalog: this.catalog, servers: [...this.servers.values()], routes: this.routes }, problems };
+  }
+
+  /**
+   * Each generation type of a configured tool has a route (its own or its tool's), written if not usable: the local
+   * engine runs only the built-in tools, so a type without one could be offered and never run.
+   */
+  private checkConfiguredToolsRouted(routes: Json | undefined): void {
+    for (const tool of [...this.catalog.tools, ...this.catalog.withdrawn]) {
+      if (!tool.configured || Object.hasOwn(routes ?? {}, tool.id)) continue;
+      for (const type of tool.generationTypes) {
+        if (!Object.hasOwn(routes ?? {}, `${tool.id}/${type.id}`)) {
+          this.problems.push(
+            `tools.${tool.id}.generation_types.${type.id}: a configured tool runs on a model server; add a route (routes.${tool.id} or routes.${tool.id}/${type.id})`,
+          );
+        }
+      }
+    }
   }
 
   private parse(): Json | undefined {
@@ -186,46 +203,47 @@ class EnginesFileReader {
 
   private server(name: string, raw: Json): void {
     const at = `engines.${name}`;
-    const kind = raw.kind as EngineServerSetting['kind'];
-    if (!['cog', 'replicate', 'comfyui'].includes(kind)) {
-      this.kinds.set(name, undefined);
-      this.problems.push(`${at}.kind: must be one of cog, replicate, comfyui, got ${JSON.stringify(raw.kind)}`);
+    const kind = raw.kind as RemoteEngineKind;
+    const kinds = Object.keys(this.kinds);
+    if (!kinds.includes(kind)) {
+      this.engineKinds.set(name, undefined);
+      this.problems.push(`${at}.kind: must be one of ${kinds.join(', ')}, got ${JSON.stringify(raw.kind)}`);
       return;
     }
-    this.kinds.set(name, kind);
+    this.engineKinds.set(name, kind);
     const unset = new Set<string>();
     const server = this.substitute(raw, at, unset);
-    if (!this.check(`server:${kind}`, server, at, unset)) return;
-    const common = {
+    const { server: serverKind }: EngineKind = this.kinds[kind];
+    if (!this.checkKind(serverKind, SERVER_COMMON, server, at, unset)) return;
+    const common: ServerBase = {
       name,
       concurrency: (server.concurrency as number | undefined) ?? DEFAULT_CONCURRENCY,
       timeoutMs: parseDuration((server.timeout as string | undefined) ?? DEFAULT_TIMEOUT),
       headers: (server.headers ?? {}) as Record<string, string>,
     };
-    if (kind === 'replicate') {
-      const baseUrl = this.url(`${at}.base_url`, (server.base_url as string | undefined) ?? REPLICATE_BASE_URL, unset);
-      this.servers.set(name, { ...common, kind, token: server.token as string, baseUrl });
-    } else {
-      this.servers.set(name, { ...common, kind, url: this.url(`${at}.url`, server.url as string, unset) });
-    }
+    this.servers.set(
+      name,
+      serverKind.build(server, common, { at, url: (where, value) => this.url(where, value, unset) }),
+    );
   }
 
   private route(key: string, raw: Json): void {
     const at = `routes.${key}`;
     const [toolId, generationType, ...rest] = key.split('/');
-    const tool = findTool(toolId);
+    const tool = this.catalog.findTool(toolId) ?? this.catalog.withdrawn.find((withdrawn) => withdrawn.id === toolId);
     if (rest.length > 0) {
       this.problems.push(`${at}: routes are named "tool" or "tool/generation_type", with one slash at most`);
       return;
     }
     if (!tool) {
-      const tools = CATALOG.map((t) => t.id).join(', ');
+      const tools = [...this.catalog.tools, ...this.catalog.withdrawn].map((t) => t.id).join(', ');
       this.problems.push(
         `${at}: routes are named "tool" or "tool/generation_type"; there is no tool "${toolId}" (tools: ${tools})`,
       );
       return;
     }
-    if (generationType !== undefined && !tool.generationTypes.some((type) => type.id === generationType)) {
+    const type = tool.generationTypes.find((candidate) => candidate.id === generationType);
+    if (generationType !== undefined && !type) {
       const types = tool.generationTypes.map((type) => type.id).join(', ');
       this.problems.push(`${at}: tool "${tool.id}" has no generation type "${generationType}" (types: ${types})`);
       return;
@@ -235,242 +253,89 @@ class EnginesFileReader {
       this.problems.push(`${at}.engine: must be the name of an engine under engines`);
       return;
     }
-    if (!this.kinds.has(engine)) {
-      const names = [...this.kinds.keys()].join(', ') || 'none';
+    if (!this.engineKinds.has(engine)) {
+      const names = [...this.engineKinds.keys()].join(', ') || 'none';
       this.problems.push(`${at}.engine: there is no engine "${engine}" under engines (engines: ${names})`);
       return;
     }
     // An engine of an unknown kind was reported above; its routes cannot be checked.
-    const kind = this.kinds.get(engine);
+    const kind = this.engineKinds.get(engine);
     if (!kind) return;
-    if (!this.check(`route:${kind}`, raw, at)) return;
-    const base = {
+    const { route: routeKind }: EngineKind = this.kinds[kind];
+    if (!this.checkKind(routeKind, ROUTE_COMMON, raw, at)) return;
+    // The types the route serves, and the inputs any of them takes.
+    const served = type ? [type] : tool.generationTypes;
+    const inputs = type ? type.inputs : tool.inputs;
+    const base: RouteBase = {
       key,
       tool: tool.id,
       generationType,
       engine,
-      describe: this.describe(tool, raw.describe as Record<string, string> | undefined, `${at}.describe`),
+      describe: this.describe(tool, inputs, raw.describe as Record<string, string> | undefined, `${at}.describe`),
     };
-    const inputs = raw.inputs as Record<string, unknown>;
-    this.checkInputNames(tool, inputs, `${at}.inputs`);
-    if (kind !== 'comfyui') {
-      this.checkModelNames(inputs as InputNames, raw.params as Json | undefined, at);
-      this.checkNoVariables(raw.params, `${at}.params`);
-    }
-    switch (kind) {
-      case 'cog': {
-        const route: CogRoute = {
-          ...base,
-          kind: 'cog',
-          inputs: inputs as InputNames,
-          params: (raw.params ?? {}) as Json,
-          passGenerationType: false,
-        };
-        this.routes.push(route);
-        break;
-      }
-      case 'replicate': {
-        if (raw.model === undefined && raw.version === undefined) {
-          this.problems.push(
-            `${at}: set model (owner/name of an official model), version (64 hex digits), or both (that version of that model)`,
-          );
-          return;
-        }
-        const route: ReplicateRoute = {
-          ...base,
-          kind: 'replicate',
-          model: raw.model as string | undefined,
-          version: raw.version as string | undefined,
-          inputs: inputs as InputNames,
-          params: (raw.params ?? {}) as Json,
-        };
-        this.routes.push(route);
-        break;
-      }
-      case 'comfyui': {
-        const route = this.comfyRoute(base, tool, raw, at);
-        if (route) this.routes.push(route);
-        break;
-      }
-    }
+    this.checkInputNames(tool, served, raw.inputs as Record<string, unknown>, `${at}.inputs`);
+    const route = routeKind.build(raw, base, {
+      at,
+      inputs,
+      problem: (message) => this.problems.push(message),
+      resolve: (file) => resolve(dirname(this.path), file),
+    });
+    if (route) this.routes.push(route);
   }
 
-  private comfyRoute(
-    base: Pick<ComfyRoute, 'key' | 'tool' | 'generationType' | 'engine' | 'describe'>,
-    tool: CatalogTool,
+  /**
+   * A server or a route against the common keys and its kind's; each error becomes a problem at its key path, but at a
+   * path in `unset` (a value whose variable is unset was reported as such).
+   */
+  private checkKind(
+    keys: KindKeys,
+    common: Readonly<Record<string, unknown>>,
     raw: Json,
     at: string,
-  ): ComfyRoute | undefined {
-    const workflowFile = raw.workflow as string;
-    const workflow = this.workflow(workflowFile, `${at}.workflow`);
-    if (!workflow) return undefined;
-    const inputs: Record<string, ComfyNodeInput> = {};
-    for (const [name, mapping] of Object.entries(
-      raw.inputs as Record<string, { node: string | number; input?: string }>,
-    )) {
-      const input = tool.inputs.find((candidate) => candidate.name === name);
-      if (!input) continue;
-      const where = `${at}.inputs.${name}`;
-      const node = String(mapping.node);
-      const found = workflow[node];
-      if (!found) {
-        this.problems.push(`${where}.node: node "${node}" is not in ${workflowFile}`);
-        continue;
-      }
-      if (input.kind === 'image') {
-        if (!IMAGE_LOADERS.has(found.class_type)) {
-          this.problems.push(
-            `${where}.node: node "${node}" is a ${found.class_type}, not an image loader (${[...IMAGE_LOADERS].join(' or ')}) that an image input can fill`,
-          );
-          continue;
-        }
-        const loaderInput = mapping.input ?? 'image';
-        if (!this.settableInput(workflow, node, loaderInput, `${where}.input`, workflowFile)) continue;
-        inputs[name] = { node, input: loaderInput };
-      } else {
-        if (mapping.input === undefined) {
-          this.problems.push(`${where}.input: a text input needs the node input it sets, such as "text"`);
-          continue;
-        }
-        if (!this.settableInput(workflow, node, mapping.input, `${where}.input`, workflowFile)) continue;
-        inputs[name] = { node, input: mapping.input };
-      }
+    unset: ReadonlySet<string> = new Set(),
+  ): boolean {
+    let validate = kindValidators.get(keys);
+    if (!validate) {
+      validate = ajv.compile({
+        type: 'object',
+        additionalProperties: false,
+        required: keys.required,
+        properties: { ...common, ...keys.properties },
+      });
+      kindValidators.set(keys, validate);
     }
-    const outputNode = String((raw.output as { node: string | number }).node);
-    if (!workflow[outputNode]) this.problems.push(`${at}.output.node: node "${outputNode}" is not in ${workflowFile}`);
-    let seed: ComfyNodeInput | undefined;
-    if (raw.seed) {
-      const { node: seedNode, input } = raw.seed as { node: string | number; input: string };
-      const node = String(seedNode);
-      if (!workflow[node]) this.problems.push(`${at}.seed.node: node "${node}" is not in ${workflowFile}`);
-      else if (this.settableInput(workflow, node, input, `${at}.seed.input`, workflowFile)) seed = { node, input };
+    if (validate(raw)) return true;
+    for (const error of validate.errors ?? []) {
+      if (!unset.has(errorPath(error, at))) this.problems.push(describeError(error, at));
     }
-    // Two values set into one node input: the last would win and the other would never reach the model.
-    const filled = new Map<string, string>();
-    const targets = [
-      ...Object.entries(inputs).map(([name, target]) => [`${at}.inputs.${name}`, target] as const),
-      ...(seed ? [[`${at}.seed`, seed] as const] : []),
-    ];
-    for (const [where, { node, input }] of targets) {
-      const slot = `${node}\0${input}`;
-      const first = filled.get(slot);
-      if (first) this.problems.push(`${where}: node "${node}" input "${input}" is already set by ${first}`);
-      else filled.set(slot, where);
-    }
-    return { ...base, kind: 'comfyui', workflowFile, workflow, inputs, output: { node: outputNode }, seed };
+    return false;
   }
 
-  /**
-   * A node input a value can be set into: one the node has, holding a value (a widget's), not a link from another
-   * node's output (`["4", 1]` in the API format). Set over a link, the value would cut the node from its source, and
-   * the prompt would fail only on the server, after every job's uploads.
-   */
-  private settableInput(workflow: ComfyWorkflow, node: string, input: string, at: string, file: string): boolean {
-    const { class_type: type, inputs } = workflow[node];
-    if (!Object.hasOwn(inputs, input)) {
-      const known = Object.keys(inputs).join(', ') || 'none';
-      this.problems.push(`${at}: node "${node}" (${type}) in ${file} has no input "${input}" (inputs: ${known})`);
-      return false;
-    }
-    const value = inputs[input];
-    if (Array.isArray(value) && value.length === 2 && typeof value[1] === 'number') {
-      this.problems.push(
-        `${at}: node "${node}" (${type}) input "${input}" in ${file} is a link from node "${String(value[0])}", not a value to set`,
-      );
-      return false;
-    }
-    return true;
-  }
-
-  /** The workflow file, relative to the routing file, in ComfyUI's API format: `{"<id>": {class_type, inputs}}`. */
-  private workflow(file: string, at: string): ComfyWorkflow | undefined {
-    const path = resolve(dirname(this.path), file);
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(readFileSync(path, 'utf8'));
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      this.problems.push(
-        `${at}: ${file} ${code === 'ENOENT' ? 'does not exist' : code ? `cannot be read (${code})` : 'is not JSON'}`,
-      );
-      return undefined;
-    }
-    const nodes = typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? Object.entries(parsed) : [];
-    const apiFormat =
-      nodes.length > 0 &&
-      nodes.every(
-        ([, node]) =>
-          typeof node === 'object' &&
-          node !== null &&
-          typeof (node as Json).class_type === 'string' &&
-          typeof (node as Json).inputs === 'object' &&
-          (node as Json).inputs !== null,
-      );
-    if (!apiFormat) {
-      this.problems.push(
-        `${at}: ${file} is not a workflow in API format ({"<node id>": {"class_type", "inputs"}}); in ComfyUI, save it with Workflow > Export (API)`,
-      );
-      return undefined;
-    }
-    return parsed as ComfyWorkflow;
-  }
-
-  /**
-   * No `${VAR}` in a route's params: only an engine's settings are read from the environment, so the model would be
-   * sent the text `${VAR}` itself (a token given as a model input, say) without a word.
-   */
-  private checkNoVariables(value: unknown, at: string): void {
-    if (typeof value === 'string') {
-      for (const [, name] of value.matchAll(VARIABLE)) {
-        this.problems.push(
-          `${at}: \${${name}} is not read from the environment in a route, only in an engine's settings (engines.<name>)`,
-        );
-      }
-    } else if (typeof value === 'object' && value !== null) {
-      for (const [key, child] of Object.entries(value)) {
-        this.checkNoVariables(child, Array.isArray(value) ? `${at}[${key}]` : `${at}.${key}`);
-      }
-    }
-  }
-
-  /**
-   * Each of the model's inputs given once, by one tool input or one param: two values under one name would reach the
-   * model as one, and the other input would be dropped without a word.
-   */
-  private checkModelNames(inputs: InputNames, params: Json | undefined, at: string): void {
-    const given = new Map<string, string>();
-    for (const [name, modelName] of Object.entries(inputs)) {
-      const first = given.get(modelName);
-      if (first)
-        this.problems.push(`${at}.inputs.${name}: the model's input "${modelName}" is already given by ${first}`);
-      else given.set(modelName, `${at}.inputs.${name}`);
-    }
-    for (const name of Object.keys(params ?? {})) {
-      const first = given.get(name);
-      if (first) this.problems.push(`${at}.params.${name}: the model's input "${name}" is already given by ${first}`);
-    }
-  }
-
-  /** Input names that are the tool's, and every required input of the tool mapped. */
-  private checkInputNames(tool: CatalogTool, inputs: Record<string, unknown>, at: string): void {
-    const names: string[] = tool.inputs.map((input) => input.name);
+  /** Input names that the served types take, and every input one of them requires mapped. */
+  private checkInputNames(
+    tool: CatalogTool,
+    served: readonly CatalogGenerationType[],
+    inputs: Record<string, unknown>,
+    at: string,
+  ): void {
+    const names = [...new Set(served.flatMap((type) => type.inputs.map((input) => input.name)))];
     for (const name of Object.keys(inputs)) {
       if (!names.includes(name))
         this.problems.push(`${at}.${name}: tool "${tool.id}" has no input "${name}" (inputs: ${names.join(', ')})`);
     }
-    for (const input of tool.inputs) {
-      if (input.required && !Object.hasOwn(inputs, input.name)) {
-        this.problems.push(`${at}: the tool's required input "${input.name}" is not mapped`);
-      }
+    const required = new Set(served.flatMap((type) => type.inputs.filter((input) => input.required)));
+    for (const name of new Set([...required].map((input) => input.name))) {
+      if (!Object.hasOwn(inputs, name)) this.problems.push(`${at}: the tool's required input "${name}" is not mapped`);
     }
   }
 
   private describe(
     tool: CatalogTool,
+    inputs: readonly CatalogInput[],
     describe: Record<string, string> | undefined,
     at: string,
   ): Record<string, string> {
-    const names: string[] = tool.inputs.map((input) => input.name);
+    const names: string[] = inputs.map((input) => input.name);
     for (const name of Object.keys(describe ?? {})) {
       if (!names.includes(name))
         this.problems.push(`${at}.${name}: tool "${tool.id}" has no input "${name}" (inputs: ${names.join(', ')})`);
@@ -525,63 +390,10 @@ class EnginesFileReader {
     return walk(value, at) as Json;
   }
 
-  /**
-   * Checks `value` against a schema; each error becomes a problem at its key path, but at a path in `unset`: a value
-   * whose variable is unset was reported as such, and its being empty is not another problem.
-   */
-  private check(schema: SchemaName, value: unknown, at: string, unset: ReadonlySet<string> = new Set()): boolean {
-    const validate = validators[schema];
-    if (validate(value)) return true;
-    for (const error of validate.errors ?? []) {
-      if (!unset.has(errorPath(error, at))) this.problems.push(describeError(error, at));
-    }
+  /** The file's top-level shape; each error becomes a problem at its key path. */
+  private checkFile(root: Json): boolean {
+    if (validateFile(root)) return true;
+    for (const error of validateFile.errors ?? []) this.problems.push(describeError(error, ''));
     return false;
   }
-}
-
-/** The key path of the value a schema error is about. */
-function errorPath(error: ErrorObject, at: string): string {
-  return [at, ...error.instancePath.split('/').slice(1).map(unescapePointer)].filter(Boolean).join('.');
-}
-
-function describeError(error: ErrorObject, at: string): string {
-  const path = errorPath(error, at);
-  const params = error.params as Record<string, unknown>;
-  switch (error.keyword) {
-    case 'additionalProperties': {
-      const allowed = Object.keys((error.parentSchema as { properties?: object }).properties ?? {}).join(', ');
-      return `${join(path, String(params.additionalProperty))}: unknown key${allowed ? ` (allowed: ${allowed})` : ''}`;
-    }
-    case 'required':
-      return `${join(path, String(params.missingProperty))}: is required`;
-    case 'type': {
-      const description = (error.parentSchema as { description?: string } | undefined)?.description;
-      return `${path}: must be ${description ?? article(String(params.type))}`;
-    }
-    case 'enum':
-      return `${path}: must be one of ${(params.allowedValues as unknown[]).join(', ')}`;
-    default: {
-      const description = (error.parentSchema as { description?: string } | undefined)?.description;
-      return description ? `${path}: must be ${description}` : `${path}: ${error.message}`;
-    }
-  }
-}
-
-function join(path: string, key: string): string {
-  return path ? `${path}.${key}` : key;
-}
-
-function article(type: string): string {
-  const names: Record<string, string> = {
-    object: 'a mapping',
-    string: 'a string',
-    integer: 'a whole number',
-    'string,integer': 'a string',
-    array: 'a list',
-  };
-  return names[type] ?? type;
-}
-
-function unescapePointer(segment: string): string {
-  return segment.replace(/~1/g, '/').replace(/~0/g, '~');
 }

@@ -1,9 +1,11 @@
+import { isDeepStrictEqual } from 'node:util';
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { AppConfig } from '../config/config.js';
 import type { EngineServerSetting, RemoteEngineKind, RouteSetting } from '../config/engine-settings.js';
+import { LiveRouting, type RoutingInUse } from '../config/live-routing.js';
 import { CogServer } from './cog/cog.server.js';
 import { ComfyServer } from './comfyui/comfyui.server.js';
-import type { Engine, EngineLimits, EngineServer } from './engine.js';
+import { type Engine, type EngineLimits, type EngineServer, PermanentEngineError } from './engine.js';
 import { ThreadedLocalEngine } from './local/threaded-local.engine.js';
 import { ReplicateServer } from './replicate/replicate.server.js';
 
@@ -33,18 +35,26 @@ interface Server {
 
 /**
  * Which engine runs which tool and generation type: the routing file's routes (the more specific `tool/type` before
- * `tool`), the `ENGINE_<TOOL>=cog:<url>` shortcuts, and the local engine for everything else.
+ * `tool`), the `ENGINE_<TOOL>=cog:<url>` shortcuts, and the local engine for everything else. Built again from each
+ * routing file put in use; a job holds the route it was given, so a running one finishes on what it started with.
  */
 @Injectable()
 export class EngineRegistry implements OnApplicationShutdown {
   /** One thread per job the worker runs at once: every local job has one to itself. */
   private readonly local: ThreadedLocalEngine;
   private readonly localRoute: ResolvedRoute;
-  private readonly servers = new Map<string, Server>();
+  private readonly limits: EngineLimits;
+  private servers = new Map<string, Server>();
+  /** Servers a reload replaced or removed: their running jobs go on, and they are closed at shutdown. */
+  private readonly retired: Server[] = [];
   /** By route key: `tool/generation_type` or `tool`. */
-  private readonly routes = new Map<string, ResolvedRoute>();
+  private routes = new Map<string, ResolvedRoute>();
+  private inUse: RoutingInUse;
 
-  constructor(config: AppConfig) {
+  constructor(
+    config: AppConfig,
+    private readonly routing: LiveRouting,
+  ) {
     this.local = new ThreadedLocalEngine(config.workerConcurrency, config.imageMaxPixels);
     this.localRoute = {
       engineName: 'local',
@@ -53,17 +63,67 @@ export class EngineRegistry implements OnApplicationShutdown {
       concurrency: undefined,
       timeoutMs: config.engineTimeoutMs,
     };
-    const limits: EngineLimits = {
+    this.limits = {
       maxOutputBytes: config.outputMaxPixels * BYTES_PER_PIXEL,
       maxOutputPixels: config.outputMaxPixels,
       minOutputSide: config.imageMinSide,
     };
-    for (const setting of config.engineRouting.servers) {
-      this.servers.set(setting.name, { setting, served: serve(setting, limits) });
+    this.inUse = routing.current;
+    this.build(this.inUse);
+    routing.onChange((next) => {
+      this.inUse = next;
+      this.build(next);
+    });
+  }
+
+  /**
+   * The route a job of this tool and generation type takes now. A tool the catalog in use no longer has (a configured
+   * one removed from the file) has none: its job ends `engine_failed`, saying so. A withdrawn built-in tool
+   * (`disabled: true`) keeps its route for the jobs made before.
+   */
+  route(tool: string, generationType: string): ResolvedRoute {
+    // A tool added a moment ago may be known to the API process that took the job before this one saw the change: the
+    // file is read once more before the job is refused.
+    if (!this.known(tool, generationType)) this.routing.reload(`a job of the unknown tool "${tool}"`);
+    if (!this.known(tool, generationType)) return { ...this.localRoute, engine: withdrawnTool(tool, generationType) };
+    return this.routes.get(`${tool}/${generationType}`) ?? this.routes.get(tool) ?? this.localRoute;
+  }
+
+  private known(tool: string, generationType: string): boolean {
+    const { catalog } = this.inUse;
+    return (
+      catalog.findGenerationType(tool, generationType) !== undefined ||
+      catalog.withdrawn.some(
+        (withdrawn) => withdrawn.id === tool && withdrawn.generationTypes.some((type) => type.id === generationType),
+      )
+    );
+  }
+
+  /**
+   * The remote server of this name, whether routes lead to it or not (a rollout or a reload may have routed its tools
+   * elsewhere while it still runs what earlier attempts left it), with how many jobs it takes at once: the routing
+   * file's in use, else the last one of that name a reload retired; undefined for `local` and for a name never used.
+   */
+  server(name: string): { served: EngineServer<never>; concurrency: number | undefined } | undefined {
+    const server = this.servers.get(name) ?? this.retired.findLast((retired) => retired.setting.name === name);
+    return server && { served: server.served, concurrency: server.setting.concurrency };
+  }
+
+  /** The servers and routes of a routing; a server whose settings did not change is kept, with its connections. */
+  private build({ engineRouting }: RoutingInUse): void {
+    const servers = new Map<string, Server>();
+    for (const setting of engineRouting.servers) {
+      const kept = this.servers.get(setting.name);
+      servers.set(
+        setting.name,
+        kept && isDeepStrictEqual(kept.setting, setting) ? kept : { setting, served: serve(setting, this.limits) },
+      );
     }
-    for (const route of config.engineRouting.routes) {
-      const { setting, served } = this.servers.get(route.engine)!;
-      this.routes.set(route.generationType ? `${route.tool}/${route.generationType}` : route.tool, {
+    for (const [name, server] of this.servers) if (servers.get(name) !== server) this.retired.push(server);
+    const routes = new Map<string, ResolvedRoute>();
+    for (const route of engineRouting.routes) {
+      const { setting, served } = servers.get(route.engine)!;
+      routes.set(route.generationType ? `${route.tool}/${route.generationType}` : route.tool, {
         engineName: setting.name,
         kind: setting.kind,
         engine: served.engineFor(route as never),
@@ -71,20 +131,8 @@ export class EngineRegistry implements OnApplicationShutdown {
         timeoutMs: setting.timeoutMs,
       });
     }
-  }
-
-  route(tool: string, generationType: string): ResolvedRoute {
-    return this.routes.get(`${tool}/${generationType}`) ?? this.routes.get(tool) ?? this.localRoute;
-  }
-
-  /**
-   * The remote server of this name in the routing file, whether routes lead to it or not (a rollout may have routed
-   * its tools elsewhere while it still runs what earlier attempts left it), with how many jobs it takes at once;
-   * undefined for `local` and for a name the file does not have.
-   */
-  server(name: string): { served: EngineServer<never>; concurrency: number | undefined } | undefined {
-    const server = this.servers.get(name);
-    return server && { served: server.served, concurrency: server.setting.concurrency };
+    this.servers = servers;
+    this.routes = routes;
   }
 
   /** Each remote server by name, with whether it answered within `timeoutMs`. */
@@ -100,7 +148,8 @@ export class EngineRegistry implements OnApplicationShutdown {
 
   /** After the processor's own shutdown, so running jobs have finished or were handed back to the queue. */
   async onApplicationShutdown(): Promise<void> {
-    await Promise.all([this.local.close(), ...[...this.servers.values()].map(({ served }) => served.close())]);
+    const servers = [...this.servers.values(), ...this.retired];
+    await Promise.all([this.local.close(), ...servers.map(({ served }) => served.close())]);
   }
 }
 
@@ -113,4 +162,14 @@ function serve(setting: EngineServerSetting, limits: EngineLimits): EngineServer
     case 'comfyui':
       return new ComfyServer(setting, limits);
   }
+}
+
+/** The engine of a job whose tool or generation type was withdrawn before it ran: it ends the job, saying so. */
+function withdrawnTool(tool: string, generationType: string): Engine {
+  return {
+    generate() {
+      const message = `The tool "${tool}" (generation type "${generationType}") was withdrawn before the job ran.`;
+      return Promise.reject(new PermanentEngineError('engine_failed', message, message));
+    },
+  };
 }

@@ -81,6 +81,11 @@ export interface paths {
          *     | `fabric` | `fabric`, `target` | | `fabric_retexture` |
          *     | `default` | `image` | `prompt` (text, at most 1000 characters) | `enhance` |
          *
+         *     These are the built-in tools. An operator may add tools, withdraw or retitle built-in ones while
+         *     the service runs (docs/engines.md); `GET /generation/tools` and `GET /generation/generationTypes`
+         *     always say what is in use, and a configured tool's inputs are form fields of their own names
+         *     (image inputs are files, text inputs text, each as `generationTypes` lists it).
+         *
          *     **Images.** Every file field is an image: JPEG, PNG or WebP, recognised by its bytes (the
          *     file name and the part's declared content type are ignored); anything else answers `415`.
          *     At most 10 MiB per file and 10 parts per request (`413`). Each side 64 to 8192 px and at
@@ -585,35 +590,34 @@ export interface components {
              * @enum {string}
              */
             group_tool: "fashion" | "interior" | "textile" | "default";
-            /**
-             * @description Identifier of the tool: the value to send in the `tool` field of job creation and the
-             *     `tool` query parameter of `GET /generation/generationTypes`. Known values: `fashion_swap`,
-             *     `fashion_swap_half`, `fashion_card`, `lengerie` (sic), `furniture`, `fabric`, `default`;
-             *     further fashion-group identifiers may appear.
-             * @example fashion_swap
-             */
-            tool: string;
+            tool: components["schemas"]["ToolId"];
             /**
              * @description Display title of the tool (English).
              * @example Virtual try-on
              */
             title: string;
         };
+        /**
+         * @description Identifier of a tool: the value to send in the `tool` field of job creation and the `tool`
+         *     query parameter of `GET /generation/generationTypes`. The built-in tools: `fashion_swap`,
+         *     `fashion_swap_half`, `fashion_card`, `lengerie` (sic), `furniture`, `fabric`, `default`;
+         *     further identifiers appear as an operator adds tools, and `GET /generation/tools` lists those
+         *     in use.
+         * @example fashion_swap
+         */
+        ToolId: string;
+        /**
+         * @description Identifier of a generation type, unique across all tools. Sent as `generation_type` on job
+         *     creation and accepted by the history list's `generation_type` filter. The built-in ones:
+         *     `fashion_swap_full`, `upper`, `lower`, `product_card`, `lengerie_swap`,
+         *     `furniture_placement`, `fabric_retexture`, `enhance`; a configured tool's have their own.
+         * @example upper
+         */
+        GenerationTypeId: string;
         /** @description A generation type of a tool, with the form fields job creation needs for it. */
         GenerationType: {
-            /**
-             * @description Identifier, unique across all tools. Sent as `generation_type` on job creation and
-             *     accepted by the history list's `generation_type` filter. Known values:
-             *     `fashion_swap_full`, `upper`, `lower`, `product_card`, `lengerie_swap`,
-             *     `furniture_placement`, `fabric_retexture`, `enhance`.
-             * @example upper
-             */
-            generation_type: string;
-            /**
-             * @description The tool this type belongs to.
-             * @example fashion_swap_half
-             */
-            tool: string;
+            generation_type: components["schemas"]["GenerationTypeId"];
+            tool: components["schemas"]["ToolId"];
             /**
              * @description Display title (English).
              * @example Upper half
@@ -635,18 +639,23 @@ export interface components {
         /** @description One form field of job creation. */
         GenerationInput: {
             /**
-             * @description Name of the multipart form field.
+             * @description Name of the multipart form field. The built-in tools' inputs: `clothes`, `person`, `room`,
+             *     `furniture`, `fabric`, `target`, `image`, `prompt`; a configured tool's have names of their own.
              * @example clothes
-             * @enum {string}
              */
-            name: "clothes" | "person" | "room" | "furniture" | "fabric" | "target" | "image" | "prompt";
+            name: string;
             /**
              * @description `image`: a file part holding a JPEG, PNG or WebP image (at most 10 MiB, 64 to 8192 px per
-             *     side, at most 40 megapixels). `text`: a plain text part (`prompt`: at most 1000 characters).
+             *     side, at most 40 megapixels). `text`: a plain text part of at most `max_length` characters.
              * @example image
              * @enum {string}
              */
             kind: "image" | "text";
+            /**
+             * @description A text input's most characters (`400 validation_failed` beyond); absent on images.
+             * @example 1000
+             */
+            max_length?: number;
             /**
              * @description Whether job creation fails (`400 validation_failed`) without this field.
              * @example true
@@ -1508,6 +1517,8 @@ export interface operations {
                     webhook_url?: string;
                     /** @description Optional description of the wanted result, recorded with the job. Accepted only by `default`; at most 1000 characters (`400 validation_failed` beyond). */
                     prompt?: string;
+                } & {
+                    [key: string]: unknown;
                 };
                 "application/json": components["schemas"]["JobRequest"];
             };
@@ -1595,10 +1606,11 @@ export interface operations {
                  */
                 status?: "pending" | "complete" | "error";
                 /**
-                 * @description Only items of this generation type (an identifier from `GET /generation/generationTypes`).
+                 * @description Only items of this generation type (an identifier from `GET /generation/generationTypes`, or
+                 *     one of a tool since withdrawn: its items stay listed). An identifier no item has lists nothing.
                  * @example fashion_swap_full
                  */
-                generation_type?: "fashion_swap_full" | "upper" | "lower" | "product_card" | "lengerie_swap" | "furniture_placement" | "fabric_retexture" | "enhance";
+                generation_type?: components["schemas"]["GenerationTypeId"];
             };
             header?: never;
             path?: never;

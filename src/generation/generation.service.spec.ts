@@ -3,9 +3,10 @@ import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Request, Response } from 'express';
-import { findTool } from '../catalog/catalog.js';
+import { BUILT_IN, findTool } from '../catalog/catalog.js';
 import { ServiceUnavailableError } from '../common/unavailable.js';
 import type { AppConfig } from '../config/config.js';
+import type { LiveRouting } from '../config/live-routing.js';
 import type { JobLifecycle } from '../jobs/job-lifecycle.js';
 import type { JobWaits } from '../jobs/job-waits.js';
 import { MediaUrls } from '../media/media-urls.js';
@@ -33,7 +34,7 @@ describe('GenerationService', () => {
   it('leaves no photo behind when the database fails as the job is recorded', async () => {
     const uploadTmpDir = join(dir, 'tmp');
     const inputRoot = join(dir, 'inputs');
-    const uploads = new UploadParser({ uploadTmpDir } as AppConfig);
+    const uploads = new UploadParser({ uploadTmpDir } as AppConfig, { current: { catalog: BUILT_IN } } as LiveRouting);
     const photo = join(uploadTmpDir, randomUUID());
     await writeFile(photo, 'a person');
     const upload: ValidUpload = {

@@ -1,4 +1,4 @@
-import { type CatalogTool, findTool } from '../catalog/catalog.js';
+import type { Catalog, CatalogGenerationType, CatalogTool } from '../catalog/catalog.js';
 import { DomainError, type FieldError } from '../common/problem.js';
 
 /** A job form as it came: its text parts by name and value, and the names of its file parts, in the order sent. */
@@ -37,11 +37,12 @@ export function checkFormContentType(contentType: string | undefined): void {
 }
 
 /**
- * The one decision of which fields a job form must and may have for its tool. Job creation runs it on the parsed
- * upload, and `npm run mock` (scripts/mock.mjs) on the form it is sent, so a frontend built on the mock is refused
- * as the service refuses it. It reads names and texts only: what a file holds is checked where it is stored.
+ * The one decision of which fields a job form must and may have for its tool, in the catalog in use. Job creation runs
+ * it on the parsed upload, and `npm run mock` (scripts/mock.mjs) on the form it is sent (with the built-in catalog),
+ * so a frontend built on the mock is refused as the service refuses it. It reads names and texts only: what a file
+ * holds is checked where it is stored.
  */
-export function checkToolForm({ texts, files }: FormParts): ToolForm {
+export function checkToolForm({ texts, files }: FormParts, catalog: Catalog): ToolForm {
   const textFields = new Map<string, string>();
   const fileFields = new Set<string>();
   const sentTwice = (name: string) => textFields.has(name) || fileFields.has(name);
@@ -67,14 +68,14 @@ export function checkToolForm({ texts, files }: FormParts): ToolForm {
       errors: [{ field: 'tool', message: 'required: a tool from GET /generation/tools' }],
     });
   }
-  const tool = findTool(toolId);
-  if (!tool)
-    throw new DomainError('unknown_tool', `There is no tool "${truncate(toolId)}"; see GET /generation/tools.`);
-
+  const tool = toolInUse(catalog, toolId);
   const accepted = new Set([...FORM_FIELDS, ...tool.inputs.map((input) => input.name)]);
-  for (const name of [...textFields.keys(), ...fileFields]) {
-    if (!accepted.has(name)) throw unexpectedField(name, `is not a field of the tool "${tool.id}"`);
-  }
+  const checkAccepted = (why: string) => {
+    for (const name of [...textFields.keys(), ...fileFields]) {
+      if (!accepted.has(name)) throw unexpectedField(name, why);
+    }
+  };
+  checkAccepted(`is not a field of the tool "${tool.id}"`);
 
   if (textFields.get('generation_type') === '') {
     throw new DomainError(
@@ -85,21 +86,31 @@ export function checkToolForm({ texts, files }: FormParts): ToolForm {
       },
     );
   }
-  const generationType = textFields.get('generation_type') ?? tool.generationTypes[0].id;
-  if (!tool.generationTypes.some((type) => type.id === generationType)) {
-    throw new DomainError(
-      'invalid_generation_type',
-      `"${truncate(generationType)}" is not a generation type of "${tool.id}"; ` +
-        `use one of: ${tool.generationTypes.map((type) => type.id).join(', ')}.`,
-    );
-  }
+  const type = generationTypeOf(tool, textFields.get('generation_type'));
+  // A tool's types may take different inputs (a configured tool's): the form holds only the chosen one's.
+  accepted.clear();
+  for (const name of [...FORM_FIELDS, ...type.inputs.map((input) => input.name)]) accepted.add(name);
+  checkAccepted(`is not a field of the generation type "${type.id}"`);
 
+  const { images, texts: inputTexts } = checkTypeInputs(type, { texts: textFields, files: fileFields });
+  return { tool, generationType: type.id, images, texts: inputTexts, webhookUrl: textFields.get('webhook_url') };
+}
+
+/**
+ * The generation type's inputs, given as texts by name and the names of files: every required one there, each of its
+ * kind, texts within their `max_length`; 400 `validation_failed` naming each field that is not. Fields the type does
+ * not take are the caller's to refuse first.
+ */
+export function checkTypeInputs(
+  type: CatalogGenerationType,
+  given: { texts: ReadonlyMap<string, string>; files: ReadonlySet<string> },
+): { images: string[]; texts: Record<string, string> } {
   const errors: FieldError[] = [];
   const images: string[] = [];
-  const inputTexts: Record<string, string> = {};
-  for (const input of tool.inputs) {
-    const isFile = fileFields.has(input.name);
-    const text = textFields.get(input.name);
+  const texts: Record<string, string> = {};
+  for (const input of type.inputs) {
+    const isFile = given.files.has(input.name);
+    const text = given.texts.get(input.name);
     if (input.kind === 'image') {
       if (isFile) images.push(input.name);
       else if (text !== undefined) errors.push({ field: input.name, message: 'must be an image file, not text' });
@@ -110,7 +121,7 @@ export function checkToolForm({ texts, files }: FormParts): ToolForm {
       if (input.maxLength !== undefined && [...text].length > input.maxLength) {
         errors.push({ field: input.name, message: `at most ${input.maxLength} characters` });
       } else {
-        inputTexts[input.name] = text;
+        texts[input.name] = text;
       }
     } else if (input.required) {
       errors.push({ field: input.name, message: 'required text is missing' });
@@ -119,7 +130,35 @@ export function checkToolForm({ texts, files }: FormParts): ToolForm {
   if (errors.length > 0) {
     throw new DomainError('validation_failed', 'The form fields do not match the tool.', { errors });
   }
-  return { tool, generationType, images, texts: inputTexts, webhookUrl: textFields.get('webhook_url') };
+  return { images, texts };
+}
+
+/**
+ * A tool the catalog in use offers, or 422 `unknown_tool` (a withdrawn one too). Job creation's check of the tool,
+ * however its inputs come (a multipart form, a JSON body).
+ */
+export function toolInUse(catalog: Catalog, toolId: string): CatalogTool {
+  const tool = catalog.findTool(toolId);
+  if (!tool) {
+    throw new DomainError('unknown_tool', `There is no tool "${truncate(toolId)}"; see GET /generation/tools.`);
+  }
+  return tool;
+}
+
+/** The tool's generation type of that id (its default when undefined), or 422 `invalid_generation_type`. */
+export function generationTypeOf(tool: CatalogTool, generationType: string | undefined): CatalogGenerationType {
+  const type =
+    generationType === undefined
+      ? tool.generationTypes[0]
+      : tool.generationTypes.find((candidate) => candidate.id === generationType);
+  if (!type) {
+    throw new DomainError(
+      'invalid_generation_type',
+      `"${truncate(generationType ?? '')}" is not a generation type of "${tool.id}"; ` +
+        `use one of: ${tool.generationTypes.map((candidate) => candidate.id).join(', ')}.`,
+    );
+  }
+  return type;
 }
 
 export function unexpectedField(field: string, why: string): DomainError {

@@ -1,6 +1,7 @@
 import { rm } from 'node:fs/promises';
 import { Injectable } from '@nestjs/common';
 import { DomainError } from '../common/problem.js';
+import { LiveRouting } from '../config/live-routing.js';
 import { StoredFiles } from '../files/stored-files.js';
 import { imageSourceOf, jsonJobParts } from './job-json.js';
 import { checkToolForm } from './job-form.js';
@@ -18,12 +19,13 @@ export class JsonJobs {
     private readonly uploads: UploadParser,
     private readonly urls: UrlInputs,
     private readonly files: StoredFiles,
+    private readonly routing: LiveRouting,
   ) {}
 
   /** Checks and gathers; on any failure every temporary file is already gone. */
   async read(userId: string, body: unknown, options: { hash: boolean }): Promise<ValidUpload> {
     const { parts, imageValues } = jsonJobParts(body);
-    const form = checkToolForm(parts);
+    const form = checkToolForm(parts, this.routing.current.catalog);
     const webhookUrl = this.uploads.webhookUrlOf(form.webhookUrl);
     const sources = form.images.map((name) => [name, imageSourceOf(name, imageValues.get(name)!)] as const);
     // All at once: a job's inputs are usually on the same server, and the slowest sets the pace. The first to fail

@@ -8,6 +8,7 @@ import { type ImageFormat, imageFormatOf } from '../common/image-format.js';
 import { webhookUrlProblem } from '../common/network-policy.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
+import { LiveRouting } from '../config/live-routing.js';
 import { checkFormContentType, checkToolForm, unexpectedField } from './job-form.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
@@ -51,7 +52,10 @@ const FIELD_VALUE_MAX_BYTES = 4000;
 export class UploadParser {
   private readonly multer: ReturnType<typeof multer>;
 
-  constructor(private readonly config: AppConfig) {
+  constructor(
+    private readonly config: AppConfig,
+    private readonly routing: LiveRouting,
+  ) {
     this.multer = multer({
       storage: new ProbingTemporaryFiles(config.uploadTmpDir),
       // Browsers and curl send a field's name and file name as UTF-8 bytes, without RFC 2231's charset marker.
@@ -103,13 +107,16 @@ export class UploadParser {
   }
 
   private async validate(body: Record<string, unknown>, files: Express.Multer.File[]): Promise<ValidUpload> {
-    const form = checkToolForm({
-      // multer gathers a text field sent more than once into an array: each value is a part of its own.
-      texts: Object.entries(body ?? {}).flatMap(([name, value]) =>
-        (Array.isArray(value) ? value : [value]).map((text) => [name, String(text)] as const),
-      ),
-      files: files.map((file) => file.fieldname),
-    });
+    const form = checkToolForm(
+      {
+        // multer gathers a text field sent more than once into an array: each value is a part of its own.
+        texts: Object.entries(body ?? {}).flatMap(([name, value]) =>
+          (Array.isArray(value) ? value : [value]).map((text) => [name, String(text)] as const),
+        ),
+        files: files.map((file) => file.fieldname),
+      },
+      this.routing.current.catalog,
+    );
     const { tool, generationType, texts } = form;
     const webhookUrl = this.webhookUrlOf(form.webhookUrl);
 

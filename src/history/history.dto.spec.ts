@@ -37,7 +37,7 @@ describe('HistoryListQueryDto through the validation pipe', () => {
     [{ limit: '101' }, 'limit', 'an integer from 1 to 100'],
     [{ status: 'COMPLETE' }, 'status', 'must be one of pending, complete, error'],
     [
-      { generation_type: 'fashion_swap' },
+      { generation_type: 'Fashion-Swap' },
       'generation_type',
       'must be a generation type id from GET /generation/generationTypes',
     ],

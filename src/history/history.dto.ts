@@ -1,6 +1,6 @@
 import { Transform } from 'class-transformer';
-import { IsBoolean, IsDefined, IsIn, IsInt, IsOptional, Max, Min, ValidateIf } from 'class-validator';
-import { GENERATION_TYPE_IDS } from '../catalog/catalog.js';
+import { IsBoolean, IsDefined, IsIn, IsInt, IsOptional, Matches, Max, Min, ValidateIf } from 'class-validator';
+import { CATALOG_ID } from '../catalog/catalog.js';
 import { IsTheOnlyProperty, wholeNumberParameter } from '../common/validation.js';
 import type { components, operations } from '../generated/openapi.js';
 import type { JobStatus } from '../jobs/history-item.entity.js';
@@ -37,7 +37,8 @@ export class HistoryListQueryDto implements HistoryListQuery {
   status?: JobStatus;
 
   @IsOptional()
-  @IsIn(GENERATION_TYPE_IDS, { message: 'must be a generation type id from GET /generation/generationTypes' })
+  // Any id of the pattern: a withdrawn tool's items stay listed, and an id that is no type's lists nothing.
+  @Matches(CATALOG_ID, { message: 'must be a generation type id from GET /generation/generationTypes' })
   generation_type?: HistoryListQuery['generation_type'];
 }
 

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import pg from 'pg';
 import type { Browser, Locator, Page } from 'playwright-core';
@@ -7,6 +9,7 @@ import { type HistoryItem, createClient } from '../../client/src/index.js';
 import { launchBrowser } from '../support/chromium.mjs';
 import { ImageServer } from '../support/image-server.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
+import { type FakeCog, startFakeCog } from '../support/fake-cog.js';
 import { type RunningMock, startMock } from '../support/mock.js';
 import { startScriptedEvents } from '../support/scripted-events.js';
 import { createUserWithKey, type RunningService, startService } from '../support/service.js';
@@ -320,6 +323,89 @@ describe('in a real browser (Debian Chromium)', () => {
     const status = operation.locator('.live-responses-table tbody .response-col_status').first();
     await status.waitFor();
     expect((await status.textContent())?.trim()).toBe('200');
+    await page.close();
+  }, 60_000);
+});
+
+describe('the playground on a service whose routing file changes (no rebuild)', () => {
+  let browser: Browser;
+  let env: TestEnvironment;
+  let fake: FakeCog;
+  let service: RunningService;
+  let routing: string;
+  let key: string;
+  const engines = (url: string) => `engines:\n  bags:\n    kind: cog\n    url: ${url}\n`;
+  const BAG_TOOL = `
+tools:
+  bag_swap:
+    group_tool: fashion
+    title: Bag try-on
+    generation_types:
+      shoulder_bag:
+        title: Shoulder bag
+        description: Hangs the bag on the person's shoulder.
+        inputs:
+          person: { kind: image, required: true, description: Photo of one person. }
+          bag: { kind: image, required: true, description: 'The bag alone, any background.' }
+          note: { kind: text, required: false, max_length: 40, description: A styling note. }
+routes:
+  bag_swap:
+    engine: bags
+    inputs: { person: human, bag: item, note: note }
+`;
+
+  beforeAll(async () => {
+    fake = await startFakeCog();
+    fake.setSchema({ properties: { human: { type: 'string' }, item: { type: 'string' }, note: { type: 'string' } } });
+    env = await createTestEnvironment();
+    routing = join(await mkdtemp(join(tmpdir(), 'playground-routing-')), 'engines.yaml');
+    await writeFile(routing, engines(fake.url));
+    [browser, service] = await Promise.all([
+      launchBrowser(),
+      startService({ ...env.serviceEnv, ENGINES_FILE: routing }),
+    ]);
+    key = await createUserWithKey(env.databaseUrl);
+  }, 90_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await service?.stop();
+    await fake?.close();
+    await env?.dispose();
+  }, 60_000);
+
+  it('shows a tool the file adds, its fields as the file describes them, and runs it', async () => {
+    const page = await browser.newPage();
+    const errors = watchForErrors(page);
+    await page.goto(`${service.baseUrl}/playground`);
+    await page.getByLabel('API key').fill(key);
+    await page.getByRole('button', { name: 'Use key' }).click();
+    await page.getByLabel('Half-body try-on').waitFor();
+    expect(await page.getByLabel('Bag try-on').count()).toBe(0);
+
+    await writeFile(routing, engines(fake.url) + BAG_TOOL);
+    // What a person does to see a change: load the page again, once the service took it (within 10 s). The same
+    // build of the page: the catalog is read from the API.
+    const client = createClient({ baseUrl: service.baseUrl, apiKey: key });
+    const deadline = Date.now() + 10_000;
+    while (!(await client.tools()).some((tool) => tool.tool === 'bag_swap')) {
+      if (Date.now() > deadline) throw new Error('the service did not take the new tool within 10 s');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await page.reload();
+    await page.getByLabel('Bag try-on').check();
+
+    await page.getByText('The bag alone, any background.').waitFor();
+    expect(await page.getByLabel('note (optional)').getAttribute('maxlength')).toBe('40');
+    await page.getByLabel('person').setInputFiles('docs/examples/fashion_swap/input-person.jpg');
+    await page.getByLabel('bag', { exact: true }).setInputFiles('docs/examples/fashion_card/input-clothes.jpg');
+    await page.getByLabel('note (optional)').fill('cross-body');
+    await page.getByRole('button', { name: 'Generate' }).click();
+
+    await page.getByText('Done.').waitFor({ timeout: 30_000 });
+    await resultRendered(page);
+    expect(fake.requests.map((request) => request.texts)).toEqual([{ note: 'cross-body' }]);
+    expect(errors).toEqual([]);
     await page.close();
   }, 60_000);
 });
