@@ -103,6 +103,10 @@ export interface paths {
          *
          *     **Limits per user.** At most 10 pending jobs (`429 too_many_pending`) and 60 job creations a
          *     minute (`429 rate_limited`); wait the `Retry-After` seconds.
+         *     Every creation answer, and a `429 rate_limited` one, says where the per-minute budget stands,
+         *     in the `RateLimit-Policy` and `RateLimit` fields of the IETF draft "RateLimit header fields for
+         *     HTTP" (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy: "creations";q=60;w=60` and
+         *     `RateLimit: "creations";r=<creations left>;t=<seconds>`. `GET /user/usage` tells the rest.
          *
          *     **Knowing sooner than polling.** Send `Prefer: wait=N` (1 to 60 seconds, RFC 7240) to have a job
          *     that ends within N seconds answered `200` with its final `status`; otherwise the answer is
@@ -321,6 +325,29 @@ export interface paths {
          *     - A missing item or another user's item answers `404`; an id that is not a UUID answers `400`.
          */
         patch: operations["setHistoryItemFeedback"];
+        trace?: never;
+    };
+    "/user/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's limits and usage
+         * @description The limits in force for the caller (the service's defaults, or the caller's own where an operator
+         *     set them), what the caller uses of them now, and the jobs created this calendar month (UTC), by
+         *     tool: `complete` and `error` count those of them that ended so. Deleting an item does not take it
+         *     off the month's counts.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/user/webhook-secret": {
@@ -724,7 +751,38 @@ export interface components {
              */
             expires_at: string | null;
             webhook: components["schemas"]["WebhookDelivery"];
+            /**
+             * Format: date-time
+             * @description When a worker began running the job (for an engine with limited slots, when the job got its
+             *     slot); `null` while it is queued, and for good if it ended without ever running (canceled or
+             *     timed out while queued). A job whose attempt failed and is tried again keeps its first start.
+             * @example 2025-06-01T12:00:02.004Z
+             */
+            started_at: string | null;
+            /**
+             * @description While the job is queued (`pending`, `started_at` null): 1 + the number of jobs that will be
+             *     served before it in its engine's line (each engine serves its own jobs in the order they came,
+             *     whoever's they are); `1` means it is next. `null` once it started, and once final. It only
+             *     falls: jobs ahead of it start, are canceled or deleted. `GET` shows a change within a second,
+             *     and event streams send the item again when it changes (at most once a second).
+             * @example 3
+             */
+            queue_position: number | null;
+            metrics: components["schemas"]["JobMetrics"];
         };
+        /** @description How long the job waited and ran; `null` until it is final. */
+        JobMetrics: {
+            /**
+             * @description From creation until it started (`started_at`), or until it ended if it never started.
+             * @example 2.004
+             */
+            queue_seconds: number;
+            /**
+             * @description From `started_at` until it ended (`completed_at`), retries included; `null` if it never started.
+             * @example 12.508
+             */
+            run_seconds: number | null;
+        } | null;
         /**
          * @description The delivery of the job's webhook (`webhook_url` at creation); `null` when the job was created
          *     without one. `pending` until the final state is delivered (2xx) or given up on (`failed`: every
@@ -758,21 +816,101 @@ export interface components {
              */
             last_status: number | null;
         } | null;
-        /** @description What a webhook delivers once its job is final. */
+        /** @description What a webhook delivers, once its job is final, and as it starts and progresses if asked for. */
         WebhookEvent: {
             /**
-             * @description `generation.completed` for `complete`, `generation.failed` for `error` (a canceled job too).
+             * @description `generation.completed` for `complete`, `generation.failed` for `error` (a canceled job too): one of
+             *     them always comes. `generation.started` (the job began running) and `generation.progress` (its
+             *     `progress` moved; at most one a second) only when the job's `webhook_events` asked for them.
              * @example generation.completed
              * @enum {string}
              */
-            type: "generation.completed" | "generation.failed";
+            type: "generation.completed" | "generation.failed" | "generation.started" | "generation.progress";
             /**
              * Format: date-time
-             * @description When the job ended.
+             * @description When the job ended; for `generation.started` when it started, for `generation.progress` when the message was made.
              * @example 2025-06-01T12:00:14.512Z
              */
             timestamp: string;
             data: components["schemas"]["HistoryItem"];
+        };
+        Usage: {
+            /** @description The limits in force for the caller. */
+            limits: {
+                /**
+                 * @description Jobs that may be pending at once (`429 too_many_pending` beyond).
+                 * @example 10
+                 */
+                max_pending: number;
+                /**
+                 * @description Job creations a minute, a sliding window (`429 rate_limited` beyond).
+                 * @example 60
+                 */
+                creations_per_minute: number;
+                /**
+                 * @description Job creations whose upload is in progress at once.
+                 * @example 4
+                 */
+                concurrent_uploads: number;
+                /**
+                 * @description Event streams open at once (item streams and `/user/events` alike).
+                 * @example 20
+                 */
+                event_streams: number;
+                /**
+                 * @description Requests held with `Prefer: wait` at once.
+                 * @example 20
+                 */
+                held_requests: number;
+            };
+            now: {
+                /**
+                 * @description The caller's jobs pending now.
+                 * @example 2
+                 */
+                pending: number;
+                /**
+                 * @description Job creations counted against `creations_per_minute` now (the sliding window's count,
+                 *     rounded up).
+                 * @example 3
+                 */
+                creations_last_minute: number;
+            };
+            month: {
+                /**
+                 * Format: date-time
+                 * @description The start of this calendar month, UTC.
+                 * @example 2025-06-01T00:00:00.000Z
+                 */
+                period_start: string;
+                /**
+                 * @description Jobs created since `period_start`.
+                 * @example 42
+                 */
+                jobs: number;
+                /**
+                 * @description Of those, the ones that ended `complete`.
+                 * @example 37
+                 */
+                complete: number;
+                /**
+                 * @description Of those, the ones that ended `error` (canceled ones too).
+                 * @example 3
+                 */
+                error: number;
+                /** @description The same counts per tool; a tool the caller did not use this month is absent. */
+                by_tool: {
+                    [key: string]: components["schemas"]["ToolUsage"];
+                };
+            };
+        };
+        ToolUsage: {
+            /** @example 30 */
+            jobs: number;
+            /** @example 27 */
+            complete: number;
+            /** @example 1 */
+            error: number;
         };
         WebhookSecret: {
             /** @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw */
@@ -846,7 +984,7 @@ export interface components {
          *     | `payload_too_large` | 413 |
          *     | `unsupported_media_type` | 415 |
          *     | `headers_too_large` | 431 (the request's header fields together are over 16 KB) |
-         *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url` | 422 |
+         *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url`, `invalid_webhook_events` | 422 |
          *     | `rate_limited`, `too_many_pending` | 429 |
          *     | `service_unavailable` | 503 |
          *     | `internal_error` | 500 (a fault in the service, never caused by client input) |
@@ -877,7 +1015,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "invalid_webhook_events" | "rate_limited" | "too_many_pending" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history
@@ -1060,7 +1198,8 @@ export interface components {
          *     the tool's (`invalid_generation_type`), an image under 64 px on a side (`image_too_small`)
          *     or over 8192 px on a side or 40 megapixels (`image_too_large`), an `Idempotency-Key`
          *     reused with a different payload (`idempotency_key_reused`), or a `webhook_url` that is not an
-         *     absolute https URL or names a private address (`invalid_webhook_url`).
+         *     absolute https URL or names a private address (`invalid_webhook_url`), or `webhook_events` naming
+         *     an unknown event or sent without a `webhook_url` (`invalid_webhook_events`).
          */
         Unprocessable: {
             headers: {
@@ -1140,6 +1279,20 @@ export interface components {
          * @example wait=30
          */
         PreferenceApplied: string;
+        /**
+         * @description The per-minute creation budget, as an IETF RateLimit-Policy field (draft-ietf-httpapi-ratelimit-headers):
+         *     the policy `"creations"`, its quota `q` (the user's creations a minute) and window `w` (60 seconds).
+         * @example "creations";q=60;w=60
+         */
+        RateLimitPolicy: string;
+        /**
+         * @description Where the budget stands, as an IETF RateLimit field: `r` the creations still allowed now, `t` the seconds
+         *     until the window moves on (the next minute), or, with `r=0`, until a creation is allowed again (the
+         *     `Retry-After` of a refusal). The window slides: the previous minute's creations count for the part of it
+         *     still within the last 60 seconds.
+         * @example "creations";r=59;t=42
+         */
+        RateLimit: string;
         /**
          * @description Seconds to wait before trying again.
          * @example 30
@@ -1330,6 +1483,19 @@ export interface operations {
                      * @example https://app.example.com/hooks/generation
                      */
                     webhook_url?: string;
+                    /**
+                     * @description Optional, with `webhook_url`: which messages it gets, as a repeated form field (one part
+                     *     per event). `completed` (the default, alone) sends `generation.completed` or
+                     *     `generation.failed` once the job is final; those always come. `started` adds
+                     *     `generation.started` when a worker starts the job; `progress` adds `generation.progress`
+                     *     at most once a second while its `progress` moves. Any other name, or the field without
+                     *     `webhook_url`, answers `422 invalid_webhook_events`.
+                     * @example [
+                     *       "started",
+                     *       "completed"
+                     *     ]
+                     */
+                    webhook_events?: ("started" | "progress" | "completed")[];
                     /** @description Optional description of the wanted result, recorded with the job. Accepted only by `default`; at most 1000 characters (`400 validation_failed` beyond). */
                     prompt?: string;
                 };
@@ -1348,6 +1514,8 @@ export interface operations {
                      */
                     Location?: string;
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1374,6 +1542,8 @@ export interface operations {
                      * @example /user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
                      */
                     Location?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1537,10 +1707,10 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":null}
                      *
                      *     event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":{"queue_seconds":2.004,"run_seconds":12.508}}
                      */
                     "text/event-stream": string;
                 };
@@ -1592,7 +1762,13 @@ export interface operations {
                      *       "completed_at": "2025-06-01T12:00:02.250Z",
                      *       "progress": null,
                      *       "expires_at": "2025-07-01T12:00:02.250Z",
-                     *       "webhook": null
+                     *       "webhook": null,
+                     *       "started_at": null,
+                     *       "queue_position": null,
+                     *       "metrics": {
+                     *         "queue_seconds": 2.25,
+                     *         "run_seconds": null
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["HistoryItem"];
@@ -1623,7 +1799,7 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":null}
                      *
                      *     event: deleted
                      *     data: {"history_item_id":"7a9e3c51-2d4f-4b6a-8e1c-0f5d2a7b9c13"}
@@ -1677,7 +1853,13 @@ export interface operations {
                      *       "completed_at": "2025-06-01T12:00:14.512Z",
                      *       "progress": 1,
                      *       "expires_at": "2025-07-01T12:00:14.512Z",
-                     *       "webhook": null
+                     *       "webhook": null,
+                     *       "started_at": "2025-06-01T12:00:02.004Z",
+                     *       "queue_position": null,
+                     *       "metrics": {
+                     *         "queue_seconds": 2.004,
+                     *         "run_seconds": 12.508
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["HistoryItem"];
@@ -1688,6 +1870,62 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Limits and usage. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "limits": {
+                     *         "max_pending": 10,
+                     *         "creations_per_minute": 60,
+                     *         "concurrent_uploads": 4,
+                     *         "event_streams": 20,
+                     *         "held_requests": 20
+                     *       },
+                     *       "now": {
+                     *         "pending": 2,
+                     *         "creations_last_minute": 3
+                     *       },
+                     *       "month": {
+                     *         "period_start": "2025-06-01T00:00:00.000Z",
+                     *         "jobs": 42,
+                     *         "complete": 37,
+                     *         "error": 3,
+                     *         "by_tool": {
+                     *           "fashion_swap": {
+                     *             "jobs": 30,
+                     *             "complete": 27,
+                     *             "error": 1
+                     *           },
+                     *           "fashion_card": {
+                     *             "jobs": 12,
+                     *             "complete": 10,
+                     *             "error": 2
+                     *           }
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Usage"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
