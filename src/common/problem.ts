@@ -24,6 +24,7 @@ const PROBLEM_TYPES: Record<ProblemCode, { status: number; title: string }> = {
   image_too_large: { status: 422, title: 'Image too large' },
   idempotency_key_reused: { status: 422, title: 'Idempotency key reused with another request' },
   invalid_webhook_url: { status: 422, title: 'Invalid webhook URL' },
+  invalid_webhook_events: { status: 422, title: 'Invalid webhook events' },
   rate_limited: { status: 429, title: 'Too many requests' },
   too_many_pending: { status: 429, title: 'Too many pending jobs' },
   service_unavailable: { status: 503, title: 'Service unavailable' },

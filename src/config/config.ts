@@ -62,6 +62,12 @@ export class AppConfig {
   readonly imageMaxPixels: number;
   readonly limitMaxPending: number;
   readonly limitCreationsPerMinute: number;
+  /** A user's job creations whose upload is still being received, at once (in every API process together). */
+  readonly limitConcurrentUploads: number;
+  /** A user's open event streams, item and user streams together. */
+  readonly limitEventStreams: number;
+  /** A user's requests held by `Prefer: wait`, item reads and job creations together. */
+  readonly limitHeldRequests: number;
   readonly workerConcurrency: number;
   readonly jobAttempts: number;
   readonly jobBackoffMs: number;
@@ -141,6 +147,9 @@ export class AppConfig {
     this.imageMaxPixels = read.IMAGE_MAX_PIXELS;
     this.limitMaxPending = read.LIMIT_MAX_PENDING;
     this.limitCreationsPerMinute = read.LIMIT_CREATIONS_PER_MINUTE;
+    this.limitConcurrentUploads = read.LIMIT_CONCURRENT_UPLOADS;
+    this.limitEventStreams = read.LIMIT_EVENT_STREAMS;
+    this.limitHeldRequests = read.LIMIT_HELD_REQUESTS;
     this.workerConcurrency = read.WORKER_CONCURRENCY;
     this.jobAttempts = read.JOB_ATTEMPTS;
     this.jobBackoffMs = read.JOB_BACKOFF_MS;

@@ -252,6 +252,9 @@ export class EnvironmentVariables {
   @WholeNumber(1, 1_000_000_000) IMAGE_MAX_PIXELS = 40_000_000;
   @WholeNumber(1, 1_000_000) LIMIT_MAX_PENDING = 10;
   @WholeNumber(1, 1_000_000) LIMIT_CREATIONS_PER_MINUTE = 60;
+  @WholeNumber(1, 1_000_000) LIMIT_CONCURRENT_UPLOADS = 4;
+  @WholeNumber(1, 1_000_000) LIMIT_EVENT_STREAMS = 20;
+  @WholeNumber(1, 1_000_000) LIMIT_HELD_REQUESTS = 20;
   @WholeNumber(1, 256) WORKER_CONCURRENCY = 2;
   @WholeNumber(1, 20) JOB_ATTEMPTS = 3;
   @WholeNumber(0, 3_600_000) JOB_BACKOFF_MS = 1000;

@@ -7,10 +7,20 @@ import { UsersModule } from '../users/users.module.js';
 import { CreationRateLimit, UserLimits } from './limits.js';
 import { UploadParser } from './upload.js';
 import { UploadLeftovers } from './upload-leftovers.js';
+import { UsageController } from './usage.controller.js';
+import { UsageService } from './usage.service.js';
 
 @Module({
   imports: [JobsModule, UsersModule],
-  controllers: [GenerationController],
-  providers: [GenerationService, UploadParser, UploadLeftovers, IdempotencyKeys, CreationRateLimit, UserLimits],
+  controllers: [GenerationController, UsageController],
+  providers: [
+    GenerationService,
+    UploadParser,
+    UploadLeftovers,
+    IdempotencyKeys,
+    CreationRateLimit,
+    UserLimits,
+    UsageService,
+  ],
 })
 export class GenerationModule {}

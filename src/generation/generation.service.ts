@@ -10,7 +10,7 @@ import { INPUT_STORE, inputKey } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { JobAcceptedDto, JobFinishedDto } from './generation.dto.js';
 import { IdempotencyKeys, type StoredResponse } from './idempotency.js';
-import { CreationRateLimit, UserLimits } from './limits.js';
+import { type CreationBudget, CreationRateLimit, rateLimitHeaders, UserLimits } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
 
 const PENDING_RETRY_AFTER_SECONDS = '5';
@@ -27,19 +27,34 @@ export class GenerationService {
     private readonly limits: UserLimits,
   ) {}
 
-  /** Validates the upload, records the job and queues it; answers what the client is to receive. */
+  /**
+   * Validates the upload, records the job and queues it; answers what the client is to receive, with where the user's
+   * per-minute budget stands (not part of a stored answer: a replay tells the budget as it is then).
+   */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
+    let budget: CreationBudget | undefined;
+    const answer = await this.createOnce(userId, request, response, (taken) => (budget = taken));
+    budget ??= await this.rateLimit.standing(userId);
+    return { ...answer, headers: { ...answer.headers, ...rateLimitHeaders(budget) } };
+  }
+
+  private async createOnce(
+    userId: string,
+    request: Request,
+    response: Response,
+    onTaken: (budget: CreationBudget) => void,
+  ): Promise<StoredResponse> {
     const idempotencyKey = IdempotencyKeys.validate(request.headersDistinct['idempotency-key']);
     await this.rateLimit.check(userId);
     const upload = await this.uploads.parse(request, response);
     let accepted: StoredResponse | undefined;
     try {
-      if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
+      if (!idempotencyKey) return (accepted = await this.accept(userId, upload, onTaken));
       const fingerprint = fingerprintOf(upload);
       const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
       if (claim.kind === 'replay') return claim.response;
       try {
-        accepted = await this.accept(userId, upload);
+        accepted = await this.accept(userId, upload, onTaken);
         await this.idempotency.complete(claim.key, fingerprint, accepted);
         return accepted;
       } catch (error) {
@@ -65,12 +80,18 @@ export class GenerationService {
   }
 
   /** Takes a creation from the user's per-minute budget for the job it records and queues. */
-  private async accept(userId: string, upload: ValidUpload): Promise<StoredResponse> {
+  private async accept(
+    userId: string,
+    upload: ValidUpload,
+    onTaken: (budget: CreationBudget) => void,
+  ): Promise<StoredResponse> {
     // Only creations count against the per-minute budget: not refused uploads, not idempotent replays,
     // not the requests the pending limit or a queue outage refuses below.
     const creation = await this.rateLimit.take(userId);
     try {
-      return await this.record(userId, upload);
+      const answer = await this.record(userId, upload);
+      onTaken(creation.budget);
+      return answer;
     } catch (error) {
       // With Redis gone, the creation stays taken until its counter expires: one too few, never one too many.
       await this.rateLimit.refund(creation).catch(() => {});
@@ -101,6 +122,7 @@ export class GenerationService {
       generationType: upload.generationType,
       inputs: stored,
       webhookUrl: upload.webhookUrl,
+      webhookEvents: upload.webhookEvents,
     };
     if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, maxPending))) {
       throw new DomainError(
@@ -125,7 +147,15 @@ function fingerprintOf(upload: ValidUpload): string {
   const texts = Object.entries(upload.texts).sort(([a], [b]) => a.localeCompare(b));
   return createHash('sha256')
     .update(
-      JSON.stringify({ tool: upload.tool.id, type: upload.generationType, images, texts, webhook: upload.webhookUrl }),
+      JSON.stringify({
+        tool: upload.tool.id,
+        type: upload.generationType,
+        images,
+        texts,
+        webhook: upload.webhookUrl,
+        // Absent for the default, so that a key's fingerprint from before webhook_events existed still matches.
+        ...(upload.webhookEvents ? { webhookEvents: upload.webhookEvents } : {}),
+      }),
     )
     .digest('hex');
 }

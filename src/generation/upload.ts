@@ -8,6 +8,7 @@ import { type ImageFormat, imageFormatOf } from '../common/image-format.js';
 import { webhookUrlProblem } from '../common/network-policy.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
+import type { WebhookEventName } from '../jobs/history-item.entity.js';
 import { checkFormContentType, checkToolForm, unexpectedField } from './job-form.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
@@ -30,6 +31,8 @@ export interface ValidUpload {
   texts: Record<string, string>;
   /** Where the final state is to be POSTed, if the client asked for a webhook. */
   webhookUrl: string | null;
+  /** The webhook messages asked for beside the final state's (`webhook_events`); null: that one alone. */
+  webhookEvents: WebhookEventName[] | null;
 }
 
 const FIELD_NAME_MAX_BYTES = 100;
@@ -105,7 +108,7 @@ export class UploadParser {
       ),
       files: files.map((file) => file.fieldname),
     });
-    const { tool, generationType, texts, webhookUrl: webhook } = form;
+    const { tool, generationType, texts, webhookUrl: webhook, webhookEvents } = form;
 
     const problem = webhook === undefined ? undefined : this.webhookUrlProblem(webhook);
     if (problem) throw invalidWebhookUrl(problem);
@@ -117,7 +120,7 @@ export class UploadParser {
       const file = files.find((candidate) => candidate.fieldname === name) as ProbedFile;
       images[name] = await this.inspectImage(name, file);
     }
-    return { tool, generationType, images, texts, webhookUrl };
+    return { tool, generationType, images, texts, webhookUrl, webhookEvents };
   }
 
   private webhookUrlProblem(url: string): string | undefined {

@@ -21,6 +21,7 @@ function row(status: HistoryItemRow['status']): HistoryItemRow {
     webhookAttempts: 0,
     webhookLastAttemptAt: null,
     webhookLastStatus: null,
+    startedAt: null,
   };
 }
 
@@ -44,5 +45,34 @@ describe('HistoryItemDto.from expires_at', () => {
     const sut = HistoryItemDto.from(row('complete'), { ...thirtyDays, historyRetentionMs: undefined });
 
     expect(sut.expires_at).toBeNull();
+  });
+});
+
+describe('HistoryItemDto.from: where a job is', () => {
+  const settings = { mediaPublicBaseUrl: 'http://localhost:3000', historyRetentionMs: undefined };
+  const STARTED = new Date('2025-06-01T12:00:02.004Z');
+
+  it('shows the place in line of a queued job, and no metrics', () => {
+    const sut = HistoryItemDto.from(row('pending'), settings, undefined, 3);
+
+    expect(sut).toMatchObject({ started_at: null, queue_position: 3, metrics: null });
+  });
+
+  it('shows no place in line once the job started, whatever the line says', () => {
+    const sut = HistoryItemDto.from({ ...row('pending'), startedAt: STARTED }, settings, 0.2, 1);
+
+    expect(sut).toMatchObject({ started_at: STARTED.toISOString(), queue_position: null, metrics: null });
+  });
+
+  it('splits a final job into its wait and its run', () => {
+    const sut = HistoryItemDto.from({ ...row('complete'), startedAt: STARTED }, settings, undefined, 2);
+
+    expect(sut).toMatchObject({ queue_position: null, metrics: { queue_seconds: 2.004, run_seconds: 12.508 } });
+  });
+
+  it('counts only waiting for a job that ended without starting', () => {
+    const sut = HistoryItemDto.from(row('error'), settings);
+
+    expect(sut.metrics).toEqual({ queue_seconds: 14.512, run_seconds: null });
   });
 });

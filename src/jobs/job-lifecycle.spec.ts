@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import type { EngineRegistry } from '../engines/index.js';
 import { ServiceUnavailableError } from '../common/unavailable.js';
 import type { AppConfig } from '../config/config.js';
 import type { ObjectStore } from '../media/object-store.js';
@@ -11,6 +12,7 @@ import type { EndedRow, HistoryRepository, NewHistoryItem } from './history.repo
 import { type JobEvent, JobEvents } from './job-events.js';
 import { JobLifecycle } from './job-lifecycle.js';
 import type { JobProgress } from './job-progress.js';
+import type { QueueLine } from './queue-line.js';
 
 /** Everything the fakes below are asked to do, in order: the lifecycle's promises are about that order. */
 type Step = string;
@@ -31,6 +33,7 @@ function newItem(): NewHistoryItem {
     inputs: INPUTS,
     texts: {},
     webhookUrl: null,
+    webhookEvents: null,
   };
 }
 
@@ -147,6 +150,9 @@ function world(
     progress as unknown as JobProgress,
     runs as unknown as EngineRuns,
     metrics as unknown as Metrics,
+    // The queue line is QueueLine's own test (test/api/jobs/queue-position): here it only has to answer.
+    { join: () => Promise.resolve(), leave: () => Promise.resolve() } as unknown as QueueLine,
+    { route: () => ({ engineName: 'local' }) } as unknown as EngineRegistry,
     store('inputs') as unknown as ObjectStore,
     store('media') as unknown as ObjectStore,
   );

@@ -11,13 +11,36 @@ import { JobLifecycle } from './job-lifecycle.js';
 import { JobProgress } from './job-progress.js';
 import { JobWaits } from './job-waits.js';
 import { PendingAge } from './pending-age.js';
+import { ItemViews } from './item-views.js';
+import { QueueLine } from './queue-line.js';
+import { UsageMonth } from './usage-month.entity.js';
 
-export const JOB_ENTITIES = [HistoryItem, HistoryCount];
+export const JOB_ENTITIES = [HistoryItem, HistoryCount, UsageMonth];
 
 /** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
 @Module({
   imports: [TypeOrmModule.forFeature(JOB_ENTITIES), QueueModule, EnginesModule],
-  providers: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, PendingAge],
-  exports: [HistoryRepository, EngineRuns, JobLifecycle, JobEvents, JobProgress, JobWaits, QueueModule],
+  providers: [
+    HistoryRepository,
+    EngineRuns,
+    JobLifecycle,
+    JobEvents,
+    JobProgress,
+    JobWaits,
+    PendingAge,
+    QueueLine,
+    ItemViews,
+  ],
+  exports: [
+    HistoryRepository,
+    EngineRuns,
+    JobLifecycle,
+    JobEvents,
+    JobProgress,
+    JobWaits,
+    QueueModule,
+    QueueLine,
+    ItemViews,
+  ],
 })
 export class JobsModule {}

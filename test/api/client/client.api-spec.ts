@@ -302,6 +302,9 @@ describe('the typed client following the progress of a job', () => {
     progress,
     expires_at: null,
     webhook: null,
+    started_at: progress === null ? null : '2025-06-01T12:00:01.000Z',
+    queue_position: null,
+    metrics: null,
   });
   const complete: HistoryItem = {
     ...pending(1),
