@@ -90,10 +90,8 @@ export class HistoryStreams {
       },
     );
     const refresh = (event?: WatchedEvent) => {
-      if (event?.kind === 'line') {
-        if (sent?.queue_position != null) readPosition();
-        return;
-      }
+      // Whether the item is queued is known once the reads before this one are done: readPosition asks then.
+      if (event?.kind === 'line') return readPosition();
       reading = reading.then(async () => {
         const stream = open.stream;
         if (!stream || stream.isClosed) return;
@@ -161,10 +159,8 @@ export class HistoryStreams {
     const onEvent = (event: WatchedEvent) => {
       // After a gap in the fan-out a history page lists its items again; a stream cannot say what was missed.
       if (event.kind === 'resync') return;
-      if (event.kind === 'line') {
-        if (queued.size > 0) readPositions();
-        return;
-      }
+      // Which items are queued is known once the reads before this one are done: readPositions asks then.
+      if (event.kind === 'line') return readPositions();
       reading = reading.then(async () => {
         if (stream.isClosed) return;
         if (event.kind === 'deleted') {
