@@ -86,6 +86,7 @@ const SKIP_NOT_PROVOKABLE = {
   'GET /user/events 200': EVENT_STREAM,
   'GET /user/events 503': UNAVAILABLE,
   'GET /user/webhook-secret 503': UNAVAILABLE,
+  'GET /user/usage 503': UNAVAILABLE,
   'POST /user/webhook-secret/rotate 503': UNAVAILABLE,
   'GET /health/ready 503':
     'cannot be provoked deterministically: readiness answers 503 only while PostgreSQL or Redis is down or the ' +
@@ -418,6 +419,9 @@ hooks.beforeEachValidation((transaction) => {
     if (schema.type === 'integer' && !(/^\d+$/.test(value) && Number(value) >= (schema.minimum ?? 0))) {
       problems.push(`${name}: "${value}" is not an integer >= ${schema.minimum ?? 0}`);
     }
+    if (schema.pattern && !new RegExp(schema.pattern).test(value)) {
+      problems.push(`${name}: "${value}" does not match ${schema.pattern}`);
+    }
   }
   // The 401 transactions send no key at all: the contract says that answer is exactly `Bearer`.
   if (statusOf(transaction) === 401 && headers['www-authenticate'] !== 'Bearer') {
@@ -444,6 +448,7 @@ const CANCEL = '/user/generation-history/{id}/cancel > Cancel a pending job';
 const USER_EVENTS = "/user/events > Follow all of the caller's history items as an event stream";
 const SECRET = "/user/webhook-secret > The caller's webhook signing secret";
 const ROTATE = "/user/webhook-secret/rotate > Replace the caller's webhook signing secret";
+const USAGE = "/user/usage > The caller's limits and usage";
 const RATE_LIMITED_REQUESTS = {
   [TOOLS]: () => {},
   [TYPES]: (t) => setPath(t, '/generation/generationTypes?tool=default'),
@@ -463,6 +468,7 @@ const RATE_LIMITED_REQUESTS = {
   [USER_EVENTS]: () => {},
   [SECRET]: () => {},
   [ROTATE]: () => {},
+  [USAGE]: () => {},
 };
 for (const [operation, prepare] of Object.entries(RATE_LIMITED_REQUESTS)) {
   on('before', `${operation} > 429 > application/problem+json`, async (t) => {
@@ -628,6 +634,15 @@ on('beforeValidation', `${ROTATE} > 200 > application/json`, async (t) => {
   }
 });
 expectProblemCode(`${SECRET} > 401 > application/problem+json`, 'unauthorized');
+
+// GET /user/usage: user 1 created product cards above (the contract's order), so this month counts them.
+on('beforeValidation', `${USAGE} > 200 > application/json`, (t) => {
+  const { month } = realJson(t);
+  if (!(month.jobs >= 1 && month.by_tool.fashion_card !== undefined)) {
+    throw new Error(`the month does not count the jobs this run created: ${t.real.body}`);
+  }
+});
+expectProblemCode(`${USAGE} > 401 > application/problem+json`, 'unauthorized');
 expectProblemCode(`${ROTATE} > 401 > application/problem+json`, 'unauthorized');
 
 // DELETE /user/generation-history/{id} (204 deletes a job of its own, so user 1's item lives on for feedback)
