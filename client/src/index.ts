@@ -14,6 +14,10 @@ export type HistoryPage = components['schemas']['HistoryPage'];
 export type JobAccepted = components['schemas']['JobAccepted'];
 export type JobFinished = components['schemas']['JobFinished'];
 export type Problem = components['schemas']['Problem'];
+export type Usage = components['schemas']['Usage'];
+export type JobMetrics = NonNullable<HistoryItem['metrics']>;
+/** A webhook message a job may ask for besides its final state's, which always comes. */
+export type WebhookEventName = 'started' | 'progress' | 'completed';
 export type JobStatus = HistoryItem['status'];
 export type ImageInputName = Exclude<GenerationInput['name'], 'prompt'>;
 export type HistoryFilters = NonNullable<paths['/user/generation-history']['get']['parameters']['query']>;
@@ -38,6 +42,11 @@ export interface CreateJobOptions {
   prompt?: string;
   /** HTTPS URL the service POSTs the final item to, signed (see `@igs/client/webhooks`). */
   webhookUrl?: string;
+  /**
+   * With `webhookUrl`: `started` adds a `generation.started` message, `progress` `generation.progress` ones (at most
+   * one a second); the final state's always comes.
+   */
+  webhookEvents?: WebhookEventName[];
   /** Makes retries safe: a repeat with the same key answers the first job instead of creating another. */
   idempotencyKey?: string;
   /** Seconds (1 to 60) to hold the answer until the job is final (`Prefer: wait`). */
@@ -146,6 +155,7 @@ export class Client {
     }
     if (options.prompt !== undefined) form.append('prompt', options.prompt);
     if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
+    for (const event of options.webhookEvents ?? []) form.append('webhook_events', event);
     const headers: Record<string, string> = {};
     if (options.idempotencyKey !== undefined) headers['Idempotency-Key'] = options.idempotencyKey;
     if (options.wait !== undefined) headers.Prefer = `wait=${options.wait}`;
@@ -290,6 +300,11 @@ export class Client {
     return dataOf(
       await this.send(() => this.http.POST('/user/generation-history/{id}/cancel', { params: { path: { id } } })),
     );
+  }
+
+  /** The caller's limits, what they use of them now, and their jobs this month by tool. */
+  async usage(): Promise<Usage> {
+    return dataOf(await this.send(() => this.http.GET('/user/usage')));
   }
 
   /** The absolute URL of a media path the API returned (`media/<id>/stock.jpg`). */
