@@ -203,7 +203,8 @@ export interface paths {
         /**
          * Follow one history item as an event stream
          * @description A `text/event-stream` (Server-Sent Events) of one of the caller's items. The first event is the
-         *     item as it is now; then one event each time it changes (its status, or the `progress` of a
+         *     item as it is now; then one event each time it changes (its status, its start, its
+         *     `queue_position` while queued, at most once a second, or the `progress` of a
          *     running job, at most twice a second); the stream ends after the item is
          *     final (`complete` or `error`) or deleted. A stream opened after the job ended gets the final
          *     item as its only event. Each event is `event: item` with `data:` the item exactly as
@@ -269,7 +270,8 @@ export interface paths {
          * Follow all of the caller's history items as an event stream
          * @description A `text/event-stream` of every change to any of the caller's items, open-ended, for history
          *     pages: `event: item` with `data:` the item as `GET /user/generation-history/{id}` returns it
-         *     (a new job, a job that completed or failed), and `event: deleted` with
+         *     (a new job, a job that started, moved up in line (at most once a second), completed or
+         *     failed), and `event: deleted` with
          *     `data: {"history_item_id": "..."}` when an item is deleted (by the user, or at its
          *     `expires_at`). It starts with a comment line
          *     (`: stream open`) and no event: list the history first, then apply the events. A comment line

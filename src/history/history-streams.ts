@@ -129,7 +129,7 @@ export class HistoryStreams {
   /** Every change of the user's items from now on, open-ended: new and ended items, and deletions. */
   async followUser(userId: string, response: ServerResponse, access: StreamAccess): Promise<void> {
     let reading = Promise.resolve();
-    /** The user's items last sent queued, by id: when a line moves, their places are read again. */
+    /** The user's queued items as last sent, by id: a new place is sent as a copy with it. */
     const queued = new Map<string, HistoryItemDto>();
     const sendItem = (dto: HistoryItemDto) => {
       if (dto.queue_position === null) queued.delete(dto.history_item_id);
@@ -141,14 +141,23 @@ export class HistoryStreams {
       () => stream.isClosed,
       () => {
         reading = reading.then(async () => {
-          if (stream.isClosed || queued.size === 0) return;
+          if (stream.isClosed) return;
           try {
-            const positions = await this.views.positions([...queued.keys()]);
-            for (const [id, last] of queued) {
-              const position = positions.get(id);
+            // Every queued item of the user's, also those queued before the stream opened (a history page lists them).
+            const positions = await this.views.positionsOfUser(userId);
+            for (const id of queued.keys()) {
               // Out of line: it started or ended, which its own event tells with the whole item.
-              if (position === undefined) queued.delete(id);
-              else if (position < last.queue_position!) sendItem({ ...last, queue_position: position });
+              if (!positions.has(id)) queued.delete(id);
+            }
+            for (const [id, position] of positions) {
+              const last = queued.get(id);
+              if (last) {
+                if (position < last.queue_position!) sendItem({ ...last, queue_position: position });
+                continue;
+              }
+              // Not sent since the stream opened: read once, then sent as copies.
+              const item = await this.items.findOwned(userId, id);
+              if (item?.status === 'pending' && !item.startedAt) sendItem(await this.views.one(item));
             }
           } catch (error) {
             this.logger.warn({ err: error }, 'places in line were not read');

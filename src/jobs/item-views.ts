@@ -33,4 +33,9 @@ export class ItemViews {
   positions(ids: readonly string[]): Promise<Map<string, number>> {
     return this.line.positions(ids);
   }
+
+  /** The places in line of all of the user's queued items. */
+  positionsOfUser(userId: string): Promise<Map<string, number>> {
+    return this.line.positionsOfUser(userId);
+  }
 }

@@ -67,7 +67,7 @@ export class JobLifecycle {
     }
     try {
       // In line before a worker can take it: a job that started before it joined would stand in line for good.
-      await this.line.join(item.id, this.engines.route(item.tool, item.generationType).engineName);
+      await this.line.join(item.id, this.engines.route(item.tool, item.generationType).engineName, item.userId);
       await this.queue.enqueue(item.id);
     } catch (error) {
       await this.line.leave(item.id);

@@ -9,25 +9,39 @@ const MOVE_INTERVAL_MS = 1000;
 
 /** Which line each queued job stands in: a hash of job id to engine name. */
 const LINES = 'queue-line:of';
-/** What an engine's line (a sorted set of job ids by ticket) and its ticket counter are named after. */
+/** Whose each queued job is: a hash of job id to user id. */
+const OWNERS = 'queue-line:owner';
+/**
+ * What an engine's line (a sorted set of job ids by ticket), its ticket counter (`<engine>:tickets`) and a user's
+ * queued jobs (a set, `user:<user id>`) are named after.
+ */
 const LINE_PREFIX = 'queue-line:';
 
 /**
- * Joins a job to its engine's line unless it stands in one: KEYS = the lines hash, the engine's ticket counter, the
- * engine's line; ARGV = job id, engine. A ticket is the engine's next arrival number, so a line is in arrival order.
+ * Joins a job to its engine's line unless it stands in one: KEYS = the lines hash, the owners hash, the engine's
+ * ticket counter, the engine's line, the user's queued jobs; ARGV = job id, engine, user id. A ticket is the engine's
+ * next arrival number, so a line is in arrival order.
  */
 const JOIN_SCRIPT = `
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[2]), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[3]), ARGV[1])
+redis.call('SADD', KEYS[5], ARGV[1])
 return 1
 `;
 
-/** Takes a job out of its line; returns the line's engine, or false when it stood in none. ARGV = lines prefix, id. */
+/**
+ * Takes a job out of its line; returns the line's engine, or false when it stood in none. KEYS = the lines and owners
+ * hashes; ARGV = line keys' prefix, id.
+ */
 const LEAVE_SCRIPT = `
 local engine = redis.call('HGET', KEYS[1], ARGV[2])
 if not engine then return false end
+local owner = redis.call('HGET', KEYS[2], ARGV[2])
 redis.call('HDEL', KEYS[1], ARGV[2])
+redis.call('HDEL', KEYS[2], ARGV[2])
 redis.call('ZREM', ARGV[1] .. engine, ARGV[2])
+if owner then redis.call('SREM', ARGV[1] .. 'user:' .. owner, ARGV[2]) end
 return engine
 `;
 
@@ -43,10 +57,35 @@ end
 return places
 `;
 
+/** A user's queued jobs with their 0-based places: [id, place, id, place...]. KEYS = lines hash, the user's set. */
+const USER_PLACES_SCRIPT = `
+local places = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local engine = redis.call('HGET', KEYS[1], id)
+  local rank = false
+  if engine then rank = redis.call('ZRANK', ARGV[1] .. engine, id) end
+  if rank then
+    places[#places + 1] = id
+    places[#places + 1] = rank
+  end
+end
+return places
+`;
+
 interface LineCommands {
-  joinLine(lines: string, tickets: string, line: string, id: string, engine: string): Promise<number>;
-  leaveLine(lines: string, prefix: string, id: string): Promise<string | null>;
+  joinLine(
+    lines: string,
+    owners: string,
+    tickets: string,
+    line: string,
+    userJobs: string,
+    id: string,
+    engine: string,
+    userId: string,
+  ): Promise<number>;
+  leaveLine(lines: string, owners: string, prefix: string, id: string): Promise<string | null>;
   linePlaces(lines: string, prefix: string, ...ids: string[]): Promise<number[]>;
+  userLinePlaces(lines: string, userJobs: string, prefix: string): Promise<(string | number)[]>;
 }
 
 /**
@@ -74,16 +113,26 @@ export class QueueLine implements OnApplicationShutdown {
     private readonly events: JobEvents,
     config: AppConfig,
   ) {
-    redis.defineCommand('joinLine', { numberOfKeys: 3, lua: JOIN_SCRIPT });
-    redis.defineCommand('leaveLine', { numberOfKeys: 1, lua: LEAVE_SCRIPT });
+    redis.defineCommand('joinLine', { numberOfKeys: 5, lua: JOIN_SCRIPT });
+    redis.defineCommand('leaveLine', { numberOfKeys: 2, lua: LEAVE_SCRIPT });
     redis.defineCommand('linePlaces', { numberOfKeys: 1, lua: PLACES_SCRIPT });
+    redis.defineCommand('userLinePlaces', { numberOfKeys: 2, lua: USER_PLACES_SCRIPT });
     this.commands = redis as unknown as LineCommands;
     this.linePrefix = `${config.redisPrefix}:${LINE_PREFIX}`;
   }
 
-  /** Puts a queued job at the back of its engine's line; a job already in a line keeps its place. */
-  async join(id: string, engine: string): Promise<void> {
-    await this.commands.joinLine(LINES, `${LINE_PREFIX}${engine}:tickets`, `${LINE_PREFIX}${engine}`, id, engine);
+  /** Puts a user's queued job at the back of its engine's line; a job already in a line keeps its place. */
+  async join(id: string, engine: string, userId: string): Promise<void> {
+    await this.commands.joinLine(
+      LINES,
+      OWNERS,
+      `${LINE_PREFIX}${engine}:tickets`,
+      `${LINE_PREFIX}${engine}`,
+      `${LINE_PREFIX}user:${userId}`,
+      id,
+      engine,
+      userId,
+    );
   }
 
   /**
@@ -93,7 +142,7 @@ export class QueueLine implements OnApplicationShutdown {
    */
   async leave(id: string): Promise<void> {
     try {
-      const engine = await this.commands.leaveLine(LINES, this.linePrefix, id);
+      const engine = await this.commands.leaveLine(LINES, OWNERS, this.linePrefix, id);
       if (engine !== null) this.moved(engine);
     } catch (error) {
       this.logger.warn({ err: error, id }, 'a job was not taken out of its queue line');
@@ -108,6 +157,14 @@ export class QueueLine implements OnApplicationShutdown {
     places.forEach((place, index) => {
       if (place >= 0) found.set(ids[index], place + 1);
     });
+    return found;
+  }
+
+  /** The `queue_position` of each of the user's queued jobs (at most their pending limit); one Redis call. */
+  async positionsOfUser(userId: string): Promise<Map<string, number>> {
+    const flat = await this.commands.userLinePlaces(LINES, `${LINE_PREFIX}user:${userId}`, this.linePrefix);
+    const found = new Map<string, number>();
+    for (let index = 0; index < flat.length; index += 2) found.set(String(flat[index]), Number(flat[index + 1]) + 1);
     return found;
   }
 

@@ -34,8 +34,9 @@ describe('QueueLine', () => {
   it('numbers the jobs of each engine in the order they joined, and moves them up as jobs ahead leave', async () => {
     const api = lineOfAProcess();
     const worker = lineOfAProcess();
-    for (const id of ['a1', 'a2', 'a3', 'a4']) await api.join(id, 'gpu-a');
-    await api.join('b1', 'gpu-b');
+    for (const id of ['a1', 'a2', 'a3']) await api.join(id, 'gpu-a', 'alice');
+    await api.join('a4', 'gpu-a', 'bob');
+    await api.join('b1', 'gpu-b', 'alice');
 
     expect(await api.positions(['a1', 'a2', 'a3', 'a4', 'b1', 'unknown'])).toEqual(
       new Map([
@@ -58,16 +59,24 @@ describe('QueueLine', () => {
       ]),
     );
     expect(moved).toEqual(['gpu-a', 'gpu-a']);
+    // A user's queued jobs, whatever their engine: what a user's event stream reads when a line moves.
+    expect(await api.positionsOfUser('alice')).toEqual(
+      new Map([
+        ['a2', 1],
+        ['b1', 1],
+      ]),
+    );
+    expect(await api.positionsOfUser('bob')).toEqual(new Map([['a4', 2]]));
   });
 
   it('keeps the place of a job that joins again (queued twice), and behind the ones before a job that left', async () => {
     const sut = lineOfAProcess();
-    await sut.join('c1', 'gpu-c');
-    await sut.join('c2', 'gpu-c');
+    await sut.join('c1', 'gpu-c', 'carol');
+    await sut.join('c2', 'gpu-c', 'carol');
 
-    await sut.join('c1', 'gpu-c');
+    await sut.join('c1', 'gpu-c', 'carol');
     await sut.leave('c1');
-    await sut.join('c1', 'gpu-c');
+    await sut.join('c1', 'gpu-c', 'carol');
 
     expect(await sut.positions(['c1', 'c2'])).toEqual(
       new Map([
@@ -80,7 +89,7 @@ describe('QueueLine', () => {
   it('announces at most one move at once per engine, and the moves that came meanwhile once after', async () => {
     moved.length = 0;
     const sut = lineOfAProcess();
-    for (const id of ['d1', 'd2', 'd3']) await sut.join(id, 'gpu-d');
+    for (const id of ['d1', 'd2', 'd3']) await sut.join(id, 'gpu-d', 'dave');
 
     for (const id of ['d1', 'd2', 'd3']) await sut.leave(id);
     const atOnce = [...moved];
@@ -99,5 +108,6 @@ describe('QueueLine', () => {
 
     expect(moved).toEqual([]);
     expect(await sut.positions([])).toEqual(new Map());
+    expect(await sut.positionsOfUser('nobody')).toEqual(new Map());
   });
 });

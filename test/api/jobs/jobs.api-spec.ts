@@ -174,6 +174,9 @@ describe('job creation with a worker running', () => {
           // Kept until deleted: this service runs without HISTORY_RETENTION.
           expires_at: null,
           webhook: null,
+          started_at: expect.any(String),
+          queue_position: null,
+          metrics: { queue_seconds: expect.any(Number), run_seconds: expect.any(Number) },
         });
         const created = Date.parse(item.created_at);
         expect(Date.parse(item.completed_at as string)).toBeGreaterThanOrEqual(created);
@@ -319,10 +322,13 @@ describe('a job while it is pending (no worker running)', () => {
       created_at: expect.any(String),
       updated_at: expect.any(String),
       completed_at: null,
-      // Queued, with no worker: nothing has been reported.
+      // Queued, with no worker: nothing has been reported, and it is next in its engine's line.
       progress: null,
       expires_at: null,
       webhook: null,
+      started_at: null,
+      queue_position: 1,
+      metrics: null,
     });
     for (const path of [accepted.preview_image, accepted.stock_image]) {
       const media = await fetch(`${block.sut.baseUrl}/${path}`);

@@ -125,6 +125,7 @@ describe('queue_position, started_at and metrics', () => {
     const last = first.queued.at(-1)!;
     expect(last.queue_position).toBe(3);
     const stream = await openStream(`${api.baseUrl}/user/generation-history/${last.history_item_id}/events`, key);
+    const userStream = await openStream(`${api.baseUrl}/user/events`, key);
     try {
       // A queued job canceled out of turn: the ones behind it move up at once.
       const canceled = (await client.cancel(first.queued[0].history_item_id)).body;
@@ -138,6 +139,15 @@ describe('queue_position, started_at and metrics', () => {
       await waitUntil(
         () => stream.events.some((event) => (event.data as HistoryItemBody).queue_position === 2),
         'the stream to send the new place',
+      );
+      // The user's stream tells every queued item's new place too: the last one's among them.
+      await waitUntil(
+        () =>
+          userStream.events.some((event) => {
+            const item = event.data as HistoryItemBody;
+            return item.history_item_id === last.history_item_id && item.queue_position === 2;
+          }),
+        "the user's stream to send the new place",
       );
 
       // The running one ends: the next starts, and the followed job moves up again, or starts itself.
@@ -163,6 +173,7 @@ describe('queue_position, started_at and metrics', () => {
       expect(sent.at(-1)).toMatchObject({ status: 'pending', queue_position: null });
     } finally {
       stream.close();
+      userStream.close();
       for (const id of ids) await client.cancel(id);
     }
   }, 60_000);
