@@ -8,7 +8,7 @@ import { CreateHistoryItem1795301680431 } from './migrations/1795301680431-Creat
 import { Webhooks1795310000000 } from './migrations/1795310000000-Webhooks.js';
 import { RetentionIndex1795320000000 } from './migrations/1795320000000-RetentionIndex.js';
 import { AdminKeysAndUserLimits1795330000000 } from './migrations/1795330000000-AdminKeysAndUserLimits.js';
-import { JobView1795340000000 } from './migrations/1795340000000-JobView.js';
+import { JobView1795360000000 } from './migrations/1795360000000-JobView.js';
 
 export const MIGRATIONS = [
   Initial1795292142970,
@@ -17,7 +17,7 @@ export const MIGRATIONS = [
   Webhooks1795310000000,
   RetentionIndex1795320000000,
   AdminKeysAndUserLimits1795330000000,
-  JobView1795340000000,
+  JobView1795360000000,
 ];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */

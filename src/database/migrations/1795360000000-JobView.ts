@@ -7,8 +7,8 @@ import type { MigrationInterface, QueryRunner } from 'typeorm';
  * kept by a trigger in the same transaction as the insert or status change, so `GET /user/usage` reads a few rows
  * and a deleted item still counts.
  */
-export class JobView1795340000000 implements MigrationInterface {
-  name = 'JobView1795340000000';
+export class JobView1795360000000 implements MigrationInterface {
+  name = 'JobView1795360000000';
 
   async up(db: QueryRunner): Promise<void> {
     await db.query(`ALTER TABLE "history_items" ADD "started_at" TIMESTAMP WITH TIME ZONE`);
