@@ -177,6 +177,16 @@ export class HistoryRepository {
     return row;
   }
 
+  /** The item's job if it is pending and has not started: what its place in its engine's line is kept by. */
+  async notStarted(id: string): Promise<Pick<HistoryItem, 'userId' | 'tool' | 'generationType'> | undefined> {
+    const [row] = await this.db.query<Pick<HistoryItem, 'userId' | 'tool' | 'generationType'>>({
+      text: `SELECT user_id AS "userId", tool, generation_type AS "generationType" FROM history_items
+              WHERE id = $1 AND status = 'pending' AND started_at IS NULL`,
+      values: [id],
+    });
+    return row;
+  }
+
   /** Marks the item `error` if it is still pending; resolves undefined when it is gone or already final. */
   async failWhilePending(id: string, code: JobErrorCode, message: string): Promise<EndedRow | undefined> {
     const [row] = await this.db.query<EndedRow>({

@@ -46,9 +46,13 @@ function world(
     workerHoldsJob?: boolean;
     /** The model server does not answer the stop: `abandon` resolves only once `answer` is called. */
     serverSilent?: boolean;
+    /** A worker began running the job before. */
+    started?: boolean;
   } = {},
 ) {
   const steps: Step[] = [];
+  /** What the queue line was told, apart from `steps`: the line is QueueLine's own test (test/integration). */
+  const line: string[] = [];
   let row: (EndedRow & { status: JobStatus }) | undefined;
   const items = {
     createWithinPendingLimit: (item: NewHistoryItem) => {
@@ -86,6 +90,8 @@ function world(
       steps.push('commit error');
       return Promise.resolve({ ...row });
     },
+    notStarted: (id: string) =>
+      Promise.resolve(row?.id === id && row.status === 'pending' && !options.started ? { ...row } : undefined),
     deleteOwned: (userId: string, id: string) => {
       if (row?.id !== id || row.userId !== userId) return Promise.resolve(undefined);
       const deleted = row;
@@ -103,6 +109,10 @@ function world(
     drop: () => {
       steps.push(options.workerHoldsJob ? 'drop job: a worker holds it' : 'drop job');
       return Promise.resolve(!options.workerHoldsJob);
+    },
+    requeue: () => {
+      steps.push('enqueue again');
+      return Promise.resolve();
     },
   };
   const store = (name: string) => ({
@@ -150,13 +160,16 @@ function world(
     progress as unknown as JobProgress,
     runs as unknown as EngineRuns,
     metrics as unknown as Metrics,
-    // The queue line is QueueLine's own test (test/api/jobs/queue-position): here it only has to answer.
-    { join: () => Promise.resolve(), leave: () => Promise.resolve() } as unknown as QueueLine,
+    {
+      join: (id: string, engine: string, userId: string) =>
+        Promise.resolve(line.push(`join ${id} ${engine} ${userId}`)),
+      leave: (id: string) => Promise.resolve(line.push(`leave ${id}`)),
+    } as unknown as QueueLine,
     { route: () => ({ engineName: 'local' }) } as unknown as EngineRegistry,
     store('inputs') as unknown as ObjectStore,
     store('media') as unknown as ObjectStore,
   );
-  return { sut, steps, outcomes, announced, status: () => row?.status, answer: () => answer() };
+  return { sut, steps, line, outcomes, announced, status: () => row?.status, answer: () => answer() };
 }
 
 /** Listeners run after the change, on a later turn. */
@@ -164,6 +177,47 @@ const settled = () => new Promise((resolve) => setImmediate(resolve));
 
 const DELETE_INPUTS = `inputs: delete ${ID}-clothes, ${ID}-person`;
 const ABANDON_RUN = `abandon the run of ${ID} (fashion_swap/fashion_swap_full)`;
+
+describe('JobLifecycle and the queue line', () => {
+  it("puts an accepted job in its engine's line, for its user", async () => {
+    const { sut, line } = world();
+
+    await sut.accept(newItem(), 10);
+
+    expect(line).toEqual([`join ${ID} local ${USER}`]);
+  });
+
+  it('takes a job the queue refused out of the line again', async () => {
+    const { sut, line } = world({ queueDown: true });
+
+    await expect(sut.accept(newItem(), 10)).rejects.toBeInstanceOf(ServiceUnavailableError);
+
+    expect(line).toEqual([`join ${ID} local ${USER}`, `leave ${ID}`]);
+  });
+
+  it('takes a canceled job out of the line', async () => {
+    const { sut, line } = world();
+    await sut.accept(newItem(), 10);
+
+    await sut.cancel(USER, ID);
+
+    expect(line.at(-1)).toBe(`leave ${ID}`);
+  });
+
+  it.each([
+    [false, [`join ${ID} local ${USER}`]],
+    [true, []],
+  ])('requeues a job with its place in line unless it started (started: %s)', async (started, joins) => {
+    const { sut, steps, line } = world({ started });
+    await sut.accept(newItem(), 10);
+    line.length = 0;
+
+    await sut.requeue(ID);
+
+    expect(line).toEqual(joins);
+    expect(steps.at(-1)).toBe('enqueue again');
+  });
+});
 
 describe('JobLifecycle', () => {
   describe('accept', () => {

@@ -80,6 +80,16 @@ export class JobLifecycle {
   }
 
   /**
+   * Queues a pending job again whose queue job was lost or ended without an outcome (the reconciler). One that never
+   * started keeps its place in its engine's line, or, when Redis lost the line with the job, joins it at the back.
+   */
+  async requeue(id: string): Promise<void> {
+    const job = await this.items.notStarted(id);
+    if (job) await this.line.join(id, this.engines.route(job.tool, job.generationType).engineName, job.userId);
+    await this.queue.requeue(id);
+  }
+
+  /**
    * A worker began running the job: it got its engine's slot, or, for an engine without slots, its worker took it.
    * Recorded once (a retry keeps the first start) and announced as `started`; the job leaves its engine's line, and
    * the jobs behind it move up.
