@@ -68,8 +68,8 @@ export interface paths {
          *
          *     **Form fields per tool.** `tool` is always required; `generation_type` is optional (absent:
          *     the tool's default). Besides those, only the chosen tool's fields are accepted: any other
-         *     field, or a field sent twice, answers `400 unexpected_field`. `GET /generation/generationTypes`
-         *     returns the same information as data.
+         *     field, or a field sent twice (but `webhook_events`, one part per event), answers
+         *     `400 unexpected_field`. `GET /generation/generationTypes` returns the same information as data.
          *
          *     | tool | required fields | optional fields | generation types (default first) |
          *     |---|---|---|---|
