@@ -266,6 +266,12 @@ async function storedFilesOf(files: Record<string, Blob>): Promise<Record<string
   return Object.fromEntries(stored);
 }
 
+function placeInLine(position: number): string {
+  if (position === 1) return 'Waiting in line: it is next.';
+  const ahead = position - 1;
+  return `Waiting in line: ${ahead} ${ahead === 1 ? 'job' : 'jobs'} ahead of it.`;
+}
+
 function showJob(item: Pick<HistoryItem, 'status'> & Partial<HistoryItem>): void {
   $('job').hidden = false;
   const status = $('job-status');
@@ -276,6 +282,11 @@ function showJob(item: Pick<HistoryItem, 'status'> & Partial<HistoryItem>): void
   const fraction = item.progress ?? null;
   if (fraction === null) progress.removeAttribute('value');
   else progress.value = fraction;
+  // While queued, its place in its engine's line; the event stream sends it again as the jobs ahead go.
+  const place = $('job-place');
+  const position = item.status === 'pending' ? (item.queue_position ?? null) : null;
+  place.hidden = position === null;
+  place.textContent = position === null ? '' : placeInLine(position);
   if (item.status === 'pending') {
     status.textContent = 'Working on it…';
     result.hidden = true;

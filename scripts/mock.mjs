@@ -346,7 +346,7 @@ function isJson(contentType) {
 /** The service's refusal of a JSON job's fields for its tool, by the service's own checks; undefined when they fit. */
 function jsonJobRefusal(body) {
   try {
-    const { parts, imageValues } = jsonJobParts(JSON.parse(body.toString('utf8')));
+    const { parts, imageValues } = jsonJobParts(JSON.parse(body.toString('utf8')), BUILT_IN);
     const form = checkToolForm(parts, BUILT_IN);
     for (const name of form.images) imageSourceOf(name, imageValues.get(name));
     return undefined;

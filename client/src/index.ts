@@ -16,6 +16,10 @@ export type JobFinished = components['schemas']['JobFinished'];
 export type Problem = components['schemas']['Problem'];
 export type StoredFile = components['schemas']['StoredFile'];
 export type JobRequest = components['schemas']['JobRequest'];
+export type Usage = components['schemas']['Usage'];
+export type JobMetrics = NonNullable<HistoryItem['metrics']>;
+/** A webhook message a job may ask for besides its final state's, which always comes. */
+export type WebhookEventName = 'started' | 'progress' | 'completed';
 export type JobStatus = HistoryItem['status'];
 export type ImageInputName = Exclude<GenerationInput['name'], 'prompt'>;
 export type HistoryFilters = NonNullable<paths['/user/generation-history']['get']['parameters']['query']>;
@@ -46,6 +50,11 @@ export interface CreateJobOptions {
   texts?: Record<string, string>;
   /** HTTPS URL the service POSTs the final item to, signed (see `@igs/client/webhooks`). */
   webhookUrl?: string;
+  /**
+   * With `webhookUrl`: `started` adds a `generation.started` message, `progress` `generation.progress` ones (at most
+   * one a second); the final state's always comes.
+   */
+  webhookEvents?: WebhookEventName[];
   /** Makes retries safe: a repeat with the same key answers the first job instead of creating another. */
   idempotencyKey?: string;
   /** Seconds (1 to 60) to hold the answer until the job is final (`Prefer: wait`). */
@@ -163,6 +172,7 @@ export class Client {
       const body: JobRequest = { tool: options.tool, inputs };
       if (options.generationType !== undefined) body.generation_type = options.generationType;
       if (options.webhookUrl !== undefined) body.webhook_url = options.webhookUrl;
+      if (options.webhookEvents !== undefined) body.webhook_events = options.webhookEvents;
       return dataOf(
         await this.send(() =>
           this.http.POST('/generation/generate_image_v2/', { body, headers, signal: options.signal }),
@@ -176,6 +186,7 @@ export class Client {
     if (options.prompt !== undefined) form.append('prompt', options.prompt);
     for (const [name, text] of Object.entries(options.texts ?? {})) form.append(name, text);
     if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
+    for (const event of options.webhookEvents ?? []) form.append('webhook_events', event);
     return dataOf(
       await this.send(() =>
         this.http.POST('/generation/generate_image_v2/', {
@@ -338,6 +349,11 @@ export class Client {
     return dataOf(
       await this.send(() => this.http.POST('/user/generation-history/{id}/cancel', { params: { path: { id } } })),
     );
+  }
+
+  /** The caller's limits, what they use of them now, and their jobs this month by tool. */
+  async usage(): Promise<Usage> {
+    return dataOf(await this.send(() => this.http.GET('/user/usage')));
   }
 
   /**

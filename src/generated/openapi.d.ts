@@ -68,8 +68,8 @@ export interface paths {
          *
          *     **Form fields per tool.** `tool` is always required; `generation_type` is optional (absent:
          *     the tool's default). Besides those, only the chosen tool's fields are accepted: any other
-         *     field, or a field sent twice, answers `400 unexpected_field`. `GET /generation/generationTypes`
-         *     returns the same information as data.
+         *     field, or a field sent twice (but `webhook_events`, one part per event), answers
+         *     `400 unexpected_field`. `GET /generation/generationTypes` returns the same information as data.
          *
          *     | tool | required fields | optional fields | generation types (default first) |
          *     |---|---|---|---|
@@ -114,6 +114,10 @@ export interface paths {
          *     uploading at once, and a creation with `Prefer: wait` is one of the user's at most 20 held
          *     requests from its first byte to its answer: one more answers `429
          *     too_many_concurrent_requests`, before its body is read, and creates nothing.
+         *     Every creation answer, and a `429 rate_limited` one, says where the per-minute budget stands,
+         *     in the `RateLimit-Policy` and `RateLimit` fields of the IETF draft "RateLimit header fields for
+         *     HTTP" (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy: "creations";q=60;w=60` and
+         *     `RateLimit: "creations";r=<creations left>;t=<seconds>`. `GET /user/usage` tells the rest.
          *
          *     **Knowing sooner than polling.** Send `Prefer: wait=N` (1 to 60 seconds, RFC 7240) to have a job
          *     that ends within N seconds answered `200` with its final `status`; otherwise the answer is
@@ -223,7 +227,8 @@ export interface paths {
         /**
          * Follow one history item as an event stream
          * @description A `text/event-stream` (Server-Sent Events) of one of the caller's items. The first event is the
-         *     item as it is now; then one event each time it changes (its status, or the `progress` of a
+         *     item as it is now; then one event each time it changes (its status, its start, its
+         *     `queue_position` while queued, at most once a second, or the `progress` of a
          *     running job, at most twice a second); the stream ends after the item is
          *     final (`complete` or `error`) or deleted. A stream opened after the job ended gets the final
          *     item as its only event. Each event is `event: item` with `data:` the item exactly as
@@ -291,7 +296,8 @@ export interface paths {
          * Follow all of the caller's history items as an event stream
          * @description A `text/event-stream` of every change to any of the caller's items, open-ended, for history
          *     pages: `event: item` with `data:` the item as `GET /user/generation-history/{id}` returns it
-         *     (a new job, a job that completed or failed), and `event: deleted` with
+         *     (a new job, a job that started, moved up in line (at most once a second), completed or
+         *     failed), and `event: deleted` with
          *     `data: {"history_item_id": "..."}` when an item is deleted (by the user, or at its
          *     `expires_at`). It starts with a comment line
          *     (`: stream open`) and no event: list the history first, then apply the events. A comment line
@@ -349,6 +355,29 @@ export interface paths {
          *     - A missing item or another user's item answers `404`; an id that is not a UUID answers `400`.
          */
         patch: operations["setHistoryItemFeedback"];
+        trace?: never;
+    };
+    "/user/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's limits and usage
+         * @description The limits in force for the caller (the service's defaults, or the caller's own where an operator
+         *     set them), what the caller uses of them now, and the jobs created this calendar month (UTC), by
+         *     tool: `complete` and `error` count those of them that ended so. Deleting an item does not take it
+         *     off the month's counts.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/user/webhook-secret": {
@@ -754,6 +783,14 @@ export interface components {
              * @example https://app.example.com/hooks/generation
              */
             webhook_url?: string;
+            /**
+             * @description As the form field `webhook_events`, one item per event.
+             * @example [
+             *       "started",
+             *       "completed"
+             *     ]
+             */
+            webhook_events?: ("started" | "progress" | "completed")[];
         };
         /** @description An image stored with `POST /files`, to be named in JSON job creations until `expires_at`. */
         StoredFile: {
@@ -900,7 +937,38 @@ export interface components {
              */
             media_urls_expire_at: string | null;
             webhook: components["schemas"]["WebhookDelivery"];
+            /**
+             * Format: date-time
+             * @description When a worker began running the job (for an engine with limited slots, when the job got its
+             *     slot); `null` while it is queued, and for good if it ended without ever running (canceled or
+             *     timed out while queued). A job whose attempt failed and is tried again keeps its first start.
+             * @example 2025-06-01T12:00:02.004Z
+             */
+            started_at: string | null;
+            /**
+             * @description While the job is queued (`pending`, `started_at` null): 1 + the number of jobs that will be
+             *     served before it in its engine's line (each engine serves its own jobs in the order they came,
+             *     whoever's they are); `1` means it is next. `null` once it started, and once final. It only
+             *     falls: jobs ahead of it start, are canceled or deleted. `GET` shows a change within a second,
+             *     and event streams send the item again when it changes (at most once a second).
+             * @example 3
+             */
+            queue_position: number | null;
+            metrics: components["schemas"]["JobMetrics"];
         };
+        /** @description How long the job waited and ran; `null` until it is final. */
+        JobMetrics: {
+            /**
+             * @description From creation until it started (`started_at`), or until it ended if it never started.
+             * @example 2.004
+             */
+            queue_seconds: number;
+            /**
+             * @description From `started_at` until it ended (`completed_at`), retries included; `null` if it never started.
+             * @example 12.508
+             */
+            run_seconds: number | null;
+        } | null;
         /**
          * @description The delivery of the job's webhook (`webhook_url` at creation); `null` when the job was created
          *     without one. `pending` until the final state is delivered (2xx) or given up on (`failed`: every
@@ -934,21 +1002,101 @@ export interface components {
              */
             last_status: number | null;
         } | null;
-        /** @description What a webhook delivers once its job is final. */
+        /** @description What a webhook delivers, once its job is final, and as it starts and progresses if asked for. */
         WebhookEvent: {
             /**
-             * @description `generation.completed` for `complete`, `generation.failed` for `error` (a canceled job too).
+             * @description `generation.completed` for `complete`, `generation.failed` for `error` (a canceled job too): one of
+             *     them always comes. `generation.started` (the job began running) and `generation.progress` (its
+             *     `progress` moved; at most one a second) only when the job's `webhook_events` asked for them.
              * @example generation.completed
              * @enum {string}
              */
-            type: "generation.completed" | "generation.failed";
+            type: "generation.completed" | "generation.failed" | "generation.started" | "generation.progress";
             /**
              * Format: date-time
-             * @description When the job ended.
+             * @description When the job ended; for `generation.started` when it started, for `generation.progress` when the message was made.
              * @example 2025-06-01T12:00:14.512Z
              */
             timestamp: string;
             data: components["schemas"]["HistoryItem"];
+        };
+        Usage: {
+            /** @description The limits in force for the caller. */
+            limits: {
+                /**
+                 * @description Jobs that may be pending at once (`429 too_many_pending` beyond).
+                 * @example 10
+                 */
+                max_pending: number;
+                /**
+                 * @description Job creations a minute, a sliding window (`429 rate_limited` beyond).
+                 * @example 60
+                 */
+                creations_per_minute: number;
+                /**
+                 * @description Job creations whose upload is in progress at once.
+                 * @example 4
+                 */
+                concurrent_uploads: number;
+                /**
+                 * @description Event streams open at once (item streams and `/user/events` alike).
+                 * @example 20
+                 */
+                event_streams: number;
+                /**
+                 * @description Requests held with `Prefer: wait` at once.
+                 * @example 20
+                 */
+                held_requests: number;
+            };
+            now: {
+                /**
+                 * @description The caller's jobs pending now.
+                 * @example 2
+                 */
+                pending: number;
+                /**
+                 * @description Job creations counted against `creations_per_minute` now (the sliding window's count,
+                 *     rounded up).
+                 * @example 3
+                 */
+                creations_last_minute: number;
+            };
+            month: {
+                /**
+                 * Format: date-time
+                 * @description The start of this calendar month, UTC.
+                 * @example 2025-06-01T00:00:00.000Z
+                 */
+                period_start: string;
+                /**
+                 * @description Jobs created since `period_start`.
+                 * @example 42
+                 */
+                jobs: number;
+                /**
+                 * @description Of those, the ones that ended `complete`.
+                 * @example 37
+                 */
+                complete: number;
+                /**
+                 * @description Of those, the ones that ended `error` (canceled ones too).
+                 * @example 3
+                 */
+                error: number;
+                /** @description The same counts per tool; a tool the caller did not use this month is absent. */
+                by_tool: {
+                    [key: string]: components["schemas"]["ToolUsage"];
+                };
+            };
+        };
+        ToolUsage: {
+            /** @example 30 */
+            jobs: number;
+            /** @example 27 */
+            complete: number;
+            /** @example 1 */
+            error: number;
         };
         WebhookSecret: {
             /** @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw */
@@ -1023,7 +1171,7 @@ export interface components {
          *     | `payload_too_large` | 413 |
          *     | `unsupported_media_type` | 415 |
          *     | `headers_too_large` | 431 (the request's header fields together are over 16 KB) |
-         *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url` | 422 |
+         *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url`, `invalid_webhook_events` | 422 |
          *     | `input_fetch_failed` | 422 (a job's image URL could not be fetched) |
          *     | `rate_limited`, `too_many_pending`, `too_many_concurrent_requests` | 429 |
          *     | `service_unavailable` | 503 |
@@ -1055,7 +1203,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "media_url_invalid" | "media_url_expired" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "input_fetch_failed" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "media_url_invalid" | "media_url_expired" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "input_fetch_failed" | "invalid_webhook_events" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history
@@ -1238,7 +1386,8 @@ export interface components {
          *     the tool's (`invalid_generation_type`), an image under 64 px on a side (`image_too_small`)
          *     or over 8192 px on a side or 40 megapixels (`image_too_large`), an `Idempotency-Key`
          *     reused with a different payload (`idempotency_key_reused`), or a `webhook_url` that is not an
-         *     absolute https URL or names a private address (`invalid_webhook_url`), or an image URL of a JSON
+         *     absolute https URL or names a private address (`invalid_webhook_url`), `webhook_events` naming
+         *     an unknown event or sent without a `webhook_url` (`invalid_webhook_events`), or an image URL of a JSON
          *     job that could not be fetched (`input_fetch_failed`, naming the input in `errors`).
          */
         Unprocessable: {
@@ -1325,6 +1474,20 @@ export interface components {
          * @example wait=30
          */
         PreferenceApplied: string;
+        /**
+         * @description The per-minute creation budget, as an IETF RateLimit-Policy field (draft-ietf-httpapi-ratelimit-headers):
+         *     the policy `"creations"`, its quota `q` (the user's creations a minute) and window `w` (60 seconds).
+         * @example "creations";q=60;w=60
+         */
+        RateLimitPolicy: string;
+        /**
+         * @description Where the budget stands, as an IETF RateLimit field: `r` the creations still allowed now, `t` the seconds
+         *     until the window moves on (the next minute), or, with `r=0`, until a creation is allowed again (the
+         *     `Retry-After` of a refusal). The window slides: the previous minute's creations count for the part of it
+         *     still within the last 60 seconds.
+         * @example "creations";r=59;t=42
+         */
+        RateLimit: string;
         /**
          * @description Seconds to wait before trying again.
          * @example 30
@@ -1515,6 +1678,19 @@ export interface operations {
                      * @example https://app.example.com/hooks/generation
                      */
                     webhook_url?: string;
+                    /**
+                     * @description Optional, with `webhook_url`: which messages it gets, as a repeated form field (one part
+                     *     per event). `completed` (the default, alone) sends `generation.completed` or
+                     *     `generation.failed` once the job is final; those always come. `started` adds
+                     *     `generation.started` when a worker starts the job; `progress` adds `generation.progress`
+                     *     at most once a second while its `progress` moves. Any other name, or the field without
+                     *     `webhook_url`, answers `422 invalid_webhook_events`.
+                     * @example [
+                     *       "started",
+                     *       "completed"
+                     *     ]
+                     */
+                    webhook_events?: ("started" | "progress" | "completed")[];
                     /** @description Optional description of the wanted result, recorded with the job. Accepted only by `default`; at most 1000 characters (`400 validation_failed` beyond). */
                     prompt?: string;
                 } & {
@@ -1536,6 +1712,8 @@ export interface operations {
                      */
                     Location?: string;
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1562,6 +1740,8 @@ export interface operations {
                      * @example /user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44
                      */
                     Location?: string;
+                    "RateLimit-Policy": components["headers"]["RateLimitPolicy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1727,10 +1907,10 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":null}
                      *
                      *     event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","media_urls_expire_at":"2025-06-01T13:01:30.000Z","webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","media_urls_expire_at":"2025-06-01T13:01:30.000Z","webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":{"queue_seconds":2.004,"run_seconds":12.508}}
                      */
                     "text/event-stream": string;
                 };
@@ -1783,7 +1963,13 @@ export interface operations {
                      *       "progress": null,
                      *       "expires_at": "2025-07-01T12:00:02.250Z",
                      *       "media_urls_expire_at": null,
-                     *       "webhook": null
+                     *       "webhook": null,
+                     *       "started_at": null,
+                     *       "queue_position": null,
+                     *       "metrics": {
+                     *         "queue_seconds": 2.25,
+                     *         "run_seconds": null
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["HistoryItem"];
@@ -1814,7 +2000,7 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"webhook":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":null}
                      *
                      *     event: deleted
                      *     data: {"history_item_id":"7a9e3c51-2d4f-4b6a-8e1c-0f5d2a7b9c13"}
@@ -1869,7 +2055,13 @@ export interface operations {
                      *       "progress": 1,
                      *       "expires_at": "2025-07-01T12:00:14.512Z",
                      *       "media_urls_expire_at": "2025-06-01T13:01:30.000Z",
-                     *       "webhook": null
+                     *       "webhook": null,
+                     *       "started_at": "2025-06-01T12:00:02.004Z",
+                     *       "queue_position": null,
+                     *       "metrics": {
+                     *         "queue_seconds": 2.004,
+                     *         "run_seconds": 12.508
+                     *       }
                      *     }
                      */
                     "application/json": components["schemas"]["HistoryItem"];
@@ -1880,6 +2072,62 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Limits and usage. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "limits": {
+                     *         "max_pending": 10,
+                     *         "creations_per_minute": 60,
+                     *         "concurrent_uploads": 4,
+                     *         "event_streams": 20,
+                     *         "held_requests": 20
+                     *       },
+                     *       "now": {
+                     *         "pending": 2,
+                     *         "creations_last_minute": 3
+                     *       },
+                     *       "month": {
+                     *         "period_start": "2025-06-01T00:00:00.000Z",
+                     *         "jobs": 42,
+                     *         "complete": 37,
+                     *         "error": 3,
+                     *         "by_tool": {
+                     *           "fashion_swap": {
+                     *             "jobs": 30,
+                     *             "complete": 27,
+                     *             "error": 1
+                     *           },
+                     *           "fashion_card": {
+                     *             "jobs": 12,
+                     *             "complete": 10,
+                     *             "error": 2
+                     *           }
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Usage"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -13,10 +13,12 @@ import { CreationRateLimit } from './limits.js';
 import { UploadParser } from './upload.js';
 import { UploadLeftovers } from './upload-leftovers.js';
 import { UrlInputs } from './url-inputs.js';
+import { UsageController } from './usage.controller.js';
+import { UsageService } from './usage.service.js';
 
 @Module({
   imports: [JobsModule, LimitsModule, FilesModule],
-  controllers: [GenerationController, FilesController],
+  controllers: [GenerationController, FilesController, UsageController],
   providers: [
     GenerationService,
     UploadParser,
@@ -26,6 +28,7 @@ import { UrlInputs } from './url-inputs.js';
     JsonJobs,
     UrlInputs,
     FilesSweep,
+    UsageService,
   ],
 })
 export class GenerationModule implements NestModule {

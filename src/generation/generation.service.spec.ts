@@ -43,6 +43,7 @@ describe('GenerationService', () => {
       images: { image: { path: photo, format: 'jpeg', width: 640, height: 960, bytes: 8 } },
       texts: {},
       webhookUrl: null,
+      webhookEvents: null,
     };
     uploads.parse = () => Promise.resolve(upload);
     const databaseDown = new ServiceUnavailableError('database');

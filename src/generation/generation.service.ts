@@ -14,7 +14,7 @@ import { acceptedAnswer, IdempotencyKeys, type StoredResponse } from './idempote
 import { FairShare } from '../users/fair-share.js';
 import { UserLimits } from '../users/user-limits.js';
 import { JsonJobs } from './json-jobs.js';
-import { CreationRateLimit } from './limits.js';
+import { type CreationBudget, CreationRateLimit, rateLimitHeaders } from './limits.js';
 import { UploadParser, type ValidUpload } from './upload.js';
 
 const PENDING_RETRY_AFTER_SECONDS = '5';
@@ -38,9 +38,22 @@ export class GenerationService {
 
   /**
    * Validates the job (a multipart upload, or JSON naming its images by URL or stored file), records it and queues it;
-   * answers what the client is to receive.
+   * answers what the client is to receive, with where the user's per-minute budget stands (not part of a stored
+   * answer: a replay tells the budget as it is then).
    */
   async create(userId: string, request: Request, response: Response): Promise<StoredResponse> {
+    let budget: CreationBudget | undefined;
+    const answer = await this.createOnce(userId, request, response, (taken) => (budget = taken));
+    budget ??= await this.rateLimit.standing(userId);
+    return { ...answer, headers: { ...answer.headers, ...rateLimitHeaders(budget) } };
+  }
+
+  private async createOnce(
+    userId: string,
+    request: Request,
+    response: Response,
+    onTaken: (budget: CreationBudget) => void,
+  ): Promise<StoredResponse> {
     const idempotencyKey = IdempotencyKeys.validate(request.headersDistinct['idempotency-key']);
     await this.rateLimit.check(userId);
     // Taken before the first byte of the body is read (or of an image URL fetched), and given back once all of it is.
@@ -52,12 +65,12 @@ export class GenerationService {
     ).finally(uploading);
     let accepted: StoredResponse | undefined;
     try {
-      if (!idempotencyKey) return (accepted = await this.accept(userId, upload));
+      if (!idempotencyKey) return (accepted = await this.accept(userId, upload, onTaken));
       const fingerprint = fingerprintOf(upload);
       const claim = await this.idempotency.claim(userId, idempotencyKey, fingerprint);
       if (claim.kind === 'replay') return claim.response;
       try {
-        accepted = await this.accept(userId, upload, claim.id);
+        accepted = await this.accept(userId, upload, onTaken, claim.id);
       } catch (error) {
         await this.idempotency.release(userId, claim).catch(() => {});
         throw error;
@@ -87,12 +100,19 @@ export class GenerationService {
   }
 
   /** Takes a creation from the user's per-minute budget for the job it records and queues. */
-  private async accept(userId: string, upload: ValidUpload, id: string = randomUUID()): Promise<StoredResponse> {
+  private async accept(
+    userId: string,
+    upload: ValidUpload,
+    onTaken: (budget: CreationBudget) => void,
+    id: string = randomUUID(),
+  ): Promise<StoredResponse> {
     // Only creations count against the per-minute budget: not refused uploads, not idempotent replays,
     // not the requests the pending limit or a queue outage refuses below.
     const creation = await this.rateLimit.take(userId);
     try {
-      return await this.record(userId, upload, id);
+      const answer = await this.record(userId, upload, id);
+      onTaken(creation.budget);
+      return answer;
     } catch (error) {
       // With Redis gone, the creation stays taken until its counter expires: one too few, never one too many.
       await this.rateLimit.refund(creation).catch(() => {});
@@ -122,6 +142,7 @@ export class GenerationService {
       generationType: upload.generationType,
       inputs: stored,
       webhookUrl: upload.webhookUrl,
+      webhookEvents: upload.webhookEvents,
     };
     if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, maxPending))) {
       throw new DomainError(
@@ -145,7 +166,15 @@ function fingerprintOf(upload: ValidUpload): string {
   const texts = Object.entries(upload.texts).sort(([a], [b]) => a.localeCompare(b));
   return createHash('sha256')
     .update(
-      JSON.stringify({ tool: upload.tool.id, type: upload.generationType, images, texts, webhook: upload.webhookUrl }),
+      JSON.stringify({
+        tool: upload.tool.id,
+        type: upload.generationType,
+        images,
+        texts,
+        webhook: upload.webhookUrl,
+        // Absent for the default, so that a key's fingerprint from before webhook_events existed still matches.
+        ...(upload.webhookEvents ? { webhookEvents: upload.webhookEvents } : {}),
+      }),
     )
     .digest('hex');
 }

@@ -1,5 +1,6 @@
 import type { Catalog, CatalogGenerationType, CatalogTool } from '../catalog/catalog.js';
 import { DomainError, type FieldError } from '../common/problem.js';
+import type { WebhookEventName } from '../jobs/history-item.entity.js';
 
 /** A job form as it came: its text parts by name and value, and the names of its file parts, in the order sent. */
 export interface FormParts {
@@ -15,10 +16,40 @@ export interface ToolForm {
   images: string[];
   texts: Record<string, string>;
   webhookUrl: string | undefined;
+  /** The webhook messages asked for; null: the final state alone (the default). */
+  webhookEvents: WebhookEventName[] | null;
 }
 
 /** The form's own fields, beside the tool's inputs: always text. */
-const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url'];
+const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url', 'webhook_events'];
+/** The one form field that may come more than once: one part per event. */
+const REPEATED_FIELD = 'webhook_events';
+
+const WEBHOOK_EVENTS: readonly WebhookEventName[] = ['started', 'progress', 'completed'];
+
+/**
+ * Checks `webhook_events` as sent (the values of a repeated form field, or a JSON body's array): each a known event,
+ * and a `webhook_url` to send them to. Resolves the events in a fixed order, each once, or null for the default, the
+ * final state alone: it always comes, asked for or not.
+ */
+export function checkWebhookEvents(
+  values: readonly unknown[] | undefined,
+  hasWebhookUrl: boolean,
+): WebhookEventName[] | null {
+  if (values === undefined) return null;
+  const problem = (message: string) =>
+    new DomainError('invalid_webhook_events', `The field "webhook_events" ${message}.`, {
+      errors: [{ field: 'webhook_events', message }],
+    });
+  const unknown = values.find((value) => !WEBHOOK_EVENTS.includes(value as WebhookEventName));
+  if (unknown !== undefined) {
+    const name = typeof unknown === 'string' ? unknown : JSON.stringify(unknown);
+    throw problem(`names an unknown event ${truncate(name)}; use ${WEBHOOK_EVENTS.join(', ')}`);
+  }
+  if (!hasWebhookUrl) throw problem('needs a webhook_url to send the events to');
+  const asked = WEBHOOK_EVENTS.filter((event) => event === 'completed' || values.includes(event));
+  return asked.length === 1 ? null : asked;
+}
 
 /**
  * Refuses a form sent as anything but multipart with its boundary (a job may also come as JSON, read elsewhere). An
@@ -45,8 +76,13 @@ export function checkFormContentType(contentType: string | undefined): void {
 export function checkToolForm({ texts, files }: FormParts, catalog: Catalog): ToolForm {
   const textFields = new Map<string, string>();
   const fileFields = new Set<string>();
+  let webhookEvents: string[] | undefined;
   const sentTwice = (name: string) => textFields.has(name) || fileFields.has(name);
   for (const [name, value] of texts) {
+    if (name === REPEATED_FIELD) {
+      (webhookEvents ??= []).push(value);
+      continue;
+    }
     if (sentTwice(name)) throw unexpectedField(name, 'sent more than once');
     textFields.set(name, value);
   }
@@ -93,7 +129,15 @@ export function checkToolForm({ texts, files }: FormParts, catalog: Catalog): To
   checkAccepted(`is not a field of the generation type "${type.id}"`);
 
   const { images, texts: inputTexts } = checkTypeInputs(type, { texts: textFields, files: fileFields });
-  return { tool, generationType: type.id, images, texts: inputTexts, webhookUrl: textFields.get('webhook_url') };
+  const webhookUrl = textFields.get('webhook_url');
+  return {
+    tool,
+    generationType: type.id,
+    images,
+    texts: inputTexts,
+    webhookUrl,
+    webhookEvents: checkWebhookEvents(webhookEvents, webhookUrl !== undefined),
+  };
 }
 
 /**

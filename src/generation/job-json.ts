@@ -1,4 +1,4 @@
-import { findTool } from '../catalog/catalog.js';
+import type { Catalog } from '../catalog/catalog.js';
 import { DomainError } from '../common/problem.js';
 import { type FormParts, unexpectedField } from './job-form.js';
 
@@ -7,10 +7,12 @@ import { type FormParts, unexpectedField } from './job-form.js';
  * judges a JSON job exactly as a form: a new field of job creation is added here (and to the form's fields) once.
  * A reader answers the field's values as form texts, or undefined when the JSON value is of the wrong type.
  */
-const JSON_FIELDS: Record<string, (value: unknown) => string[] | undefined> = {
-  tool: oneString,
-  generation_type: oneString,
-  webhook_url: oneString,
+const JSON_FIELDS: Record<string, { read: (value: unknown) => string[] | undefined; expected: string }> = {
+  tool: { read: oneString, expected: 'must be a string' },
+  generation_type: { read: oneString, expected: 'must be a string' },
+  webhook_url: { read: oneString, expected: 'must be a string' },
+  // The form's repeated field, one part per event.
+  webhook_events: { read: stringArray, expected: 'must be an array of strings' },
 };
 
 /** What a JSON job names for each image input: a URL to fetch or a stored file of the user's. */
@@ -23,7 +25,7 @@ const FILE_ID = /^file_[A-Za-z0-9]{1,64}$/;
  * A JSON job's body as the form parts it stands for: its fields as text parts, its text inputs as text parts, its
  * image inputs as file parts (whose values, a URL or a file id, are returned beside them).
  */
-export function jsonJobParts(body: unknown): { parts: FormParts; imageValues: Map<string, string> } {
+export function jsonJobParts(body: unknown, catalog: Catalog): { parts: FormParts; imageValues: Map<string, string> } {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new DomainError('bad_request', 'The request body must be a JSON object.');
   }
@@ -34,10 +36,10 @@ export function jsonJobParts(body: unknown): { parts: FormParts; imageValues: Ma
       inputs = value;
       continue;
     }
-    const read = JSON_FIELDS[name];
-    if (!read) throw unexpectedField(name, 'is not a field of a JSON job');
-    const values = read(value);
-    if (!values) throw invalidType(name, 'must be a string');
+    const field = JSON_FIELDS[name];
+    if (!field) throw unexpectedField(name, 'is not a field of a JSON job');
+    const values = field.read(value);
+    if (!values) throw invalidType(name, field.expected);
     for (const text of values) texts.push([name, text]);
   }
   if (inputs === undefined) throw invalidType('inputs', "required: the tool's inputs by name");
@@ -45,7 +47,7 @@ export function jsonJobParts(body: unknown): { parts: FormParts; imageValues: Ma
     throw invalidType('inputs', "must be an object of the tool's inputs by name");
   }
   const toolId = body && (body as Record<string, unknown>).tool;
-  const tool = typeof toolId === 'string' ? findTool(toolId) : undefined;
+  const tool = typeof toolId === 'string' ? catalog.findTool(toolId) : undefined;
   const files: string[] = [];
   const imageValues = new Map<string, string>();
   for (const [name, value] of Object.entries(inputs as Record<string, unknown>)) {
@@ -73,6 +75,10 @@ export function imageSourceOf(field: string, value: string): ImageSource {
 
 function oneString(value: unknown): string[] | undefined {
   return typeof value === 'string' ? [value] : undefined;
+}
+
+function stringArray(value: unknown): string[] | undefined {
+  return Array.isArray(value) && value.every((item) => typeof item === 'string') ? value : undefined;
 }
 
 function invalidType(field: string, message: string): DomainError {

@@ -24,8 +24,9 @@ export class JsonJobs {
 
   /** Checks and gathers; on any failure every temporary file is already gone. */
   async read(userId: string, body: unknown, options: { hash: boolean }): Promise<ValidUpload> {
-    const { parts, imageValues } = jsonJobParts(body);
-    const form = checkToolForm(parts, this.routing.current.catalog);
+    const { catalog } = this.routing.current;
+    const { parts, imageValues } = jsonJobParts(body, catalog);
+    const form = checkToolForm(parts, catalog);
     const webhookUrl = this.uploads.webhookUrlOf(form.webhookUrl);
     const sources = form.images.map((name) => [name, imageSourceOf(name, imageValues.get(name)!)] as const);
     // All at once: a job's inputs are usually on the same server, and the slowest sets the pace. The first to fail
@@ -54,7 +55,14 @@ export class JsonJobs {
     sources.forEach(
       ([name], index) => (images[name] = (results[index] as PromiseFulfilledResult<UploadedImage>).value),
     );
-    return { tool: form.tool, generationType: form.generationType, images, texts: form.texts, webhookUrl };
+    return {
+      tool: form.tool,
+      generationType: form.generationType,
+      images,
+      texts: form.texts,
+      webhookUrl,
+      webhookEvents: form.webhookEvents,
+    };
   }
 
   private async fetched(

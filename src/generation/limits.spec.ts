@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { secondsUntilFree } from './limits.js';
+import { budgetOf, rateLimitHeaders, secondsUntilFree } from './limits.js';
 
 const MINUTE_MS = 60_000;
 
@@ -48,5 +48,26 @@ describe('secondsUntilFree (the Retry-After of a refused creation)', () => {
     // One creation made at 0:30 with a limit of one: the next is allowed once that creation's minute has fully
     // slid out of the window, at 2:00, i.e. 90 s later.
     expect(secondsUntilFree(1, 1, 0, 30_000)).toBe(90);
+  });
+});
+
+describe('budgetOf (the RateLimit header fields and the usage of a minute)', () => {
+  it('counts the previous minute for the part of it still in the window', () => {
+    // 30 s into the minute: half of the previous minute's 40 still counts, with this minute's 10.
+    const sut = budgetOf(60, 10, 40, 30_000);
+
+    expect(sut).toEqual({ limit: 60, used: 30, remaining: 30, resetSeconds: 30 });
+  });
+
+  it('says when the next creation is allowed once none remains, as the refusal does', () => {
+    const sut = budgetOf(1, 1, 0, 30_000);
+
+    expect(sut).toEqual({ limit: 1, used: 1, remaining: 0, resetSeconds: 90 });
+  });
+
+  it('writes the policy and the standing in the IETF draft syntax', () => {
+    const sut = rateLimitHeaders(budgetOf(60, 1, 0, 18_000));
+
+    expect(sut).toEqual({ 'RateLimit-Policy': '"creations";q=60;w=60', RateLimit: '"creations";r=59;t=42' });
   });
 });

@@ -46,6 +46,30 @@ interface RateLimitCommands {
 /** A creation taken from a user's budget: given back with `refund` when no job came of the request. */
 export interface CreationTicket {
   key: string;
+  /** Where the budget stands after this creation. */
+  budget: CreationBudget;
+}
+
+/** Where a user's per-minute creation budget stands. */
+export interface CreationBudget {
+  limit: number;
+  /** Creations counted in the sliding window now, rounded up. */
+  used: number;
+  /** Creations still allowed now. */
+  remaining: number;
+  /** Seconds until the window moves on (the next minute), or, with none remaining, until one is allowed again. */
+  resetSeconds: number;
+}
+
+/**
+ * The budget as IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-10/11: a policy named by a quoted
+ * string, `q` its quota, `w` its window in seconds; `r` what remains, `t` seconds until it resets).
+ */
+export function rateLimitHeaders(budget: CreationBudget): Record<string, string> {
+  return {
+    'RateLimit-Policy': `"creations";q=${budget.limit};w=${WINDOW_MS / 1000}`,
+    RateLimit: `"creations";r=${budget.remaining};t=${budget.resetSeconds}`,
+  };
 }
 
 /**
@@ -92,6 +116,14 @@ export class CreationRateLimit {
     if (room(limit, used, before, elapsedMs) < 1) refuse(limit, used, before, elapsedMs);
   }
 
+  /** Where the user's budget stands, taking nothing. */
+  async standing(userId: string, now = Date.now()): Promise<CreationBudget> {
+    const { key, previousKey, elapsedMs } = windowOf(userId, now);
+    const { creationsPerMinute: limit } = await this.limits.of(userId);
+    const [current, previous] = await this.redis.mget(key, previousKey);
+    return budgetOf(limit, Number(current ?? 0), Number(previous ?? 0), elapsedMs);
+  }
+
   /** Takes one creation from the budget in one round trip, or refuses with the seconds until one is free. */
   async take(userId: string, now = Date.now()): Promise<CreationTicket> {
     const { minute, key, previousKey, elapsedMs } = windowOf(userId, now);
@@ -107,7 +139,7 @@ export class CreationRateLimit {
     const left = taken === 1 ? room(limit, current, previous, elapsedMs) - 1 : 0;
     this.known.set(userId, { minute, room: left });
     if (taken !== 1) refuse(limit, current, previous, elapsedMs);
-    return { key };
+    return { key, budget: budgetOf(limit, current + 1, previous, elapsedMs) };
   }
 
   /** Gives a taken creation back, when no job came of it after all. */
@@ -122,10 +154,25 @@ function room(limit: number, current: number, previous: number, elapsedMs: numbe
 }
 
 function refuse(limit: number, current: number, previous: number, elapsedMs: number): never {
-  const retryAfter = secondsUntilFree(limit, current, previous, elapsedMs);
+  const budget = budgetOf(limit, current, previous, elapsedMs);
+  const retryAfter = budget.resetSeconds;
   throw new DomainError('rate_limited', `At most ${count(limit, 'job creation')} a minute; retry in ${retryAfter} s.`, {
-    headers: { 'Retry-After': String(retryAfter) },
+    headers: { 'Retry-After': String(retryAfter), ...rateLimitHeaders(budget) },
   });
+}
+
+/** The budget these counts leave, by the sliding window of TAKE_SCRIPT. */
+export function budgetOf(limit: number, current: number, previous: number, elapsedMs: number): CreationBudget {
+  // In creation-milliseconds, whole numbers, as TAKE_SCRIPT counts: no rounding error at the edges.
+  const counted = previous * (WINDOW_MS - elapsedMs) + current * WINDOW_MS;
+  const remaining = Math.max(0, Math.floor((limit * WINDOW_MS - counted) / WINDOW_MS));
+  return {
+    limit,
+    used: Math.ceil(counted / WINDOW_MS),
+    remaining,
+    resetSeconds:
+      remaining > 0 ? Math.ceil((WINDOW_MS - elapsedMs) / 1000) : secondsUntilFree(limit, current, previous, elapsedMs),
+  };
 }
 
 /** This minute's and the previous minute's counters, and how far into this minute `now` is (ms). */

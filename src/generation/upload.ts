@@ -9,6 +9,7 @@ import { webhookUrlProblem } from '../common/network-policy.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { LiveRouting } from '../config/live-routing.js';
+import type { WebhookEventName } from '../jobs/history-item.entity.js';
 import { checkFormContentType, checkToolForm, unexpectedField } from './job-form.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
@@ -36,6 +37,8 @@ export interface ValidUpload {
   texts: Record<string, string>;
   /** Where the final state is to be POSTed, if the client asked for a webhook. */
   webhookUrl: string | null;
+  /** The webhook messages asked for beside the final state's (`webhook_events`); null: that one alone. */
+  webhookEvents: WebhookEventName[] | null;
 }
 
 const FIELD_NAME_MAX_BYTES = 100;
@@ -117,7 +120,7 @@ export class UploadParser {
       },
       this.routing.current.catalog,
     );
-    const { tool, generationType, texts } = form;
+    const { tool, generationType, texts, webhookEvents } = form;
     const webhookUrl = this.webhookUrlOf(form.webhookUrl);
 
     const images: Record<string, UploadedImage> = {};
@@ -125,7 +128,7 @@ export class UploadParser {
       const file = files.find((candidate) => candidate.fieldname === name) as ProbedFile;
       images[name] = await this.inspectImage(name, file);
     }
-    return { tool, generationType, images, texts, webhookUrl };
+    return { tool, generationType, images, texts, webhookUrl, webhookEvents };
   }
 
   /** The job's webhook URL as it is kept, or null for none; a URL the webhooks' rules refuse is a 422. */

@@ -1,6 +1,7 @@
 import { type MiddlewareConsumer, Module, type NestModule, RequestMethod } from '@nestjs/common';
 import { json, type NextFunction, type Request, type Response } from 'express';
 import { DomainError } from '../common/problem.js';
+import { ItemViews } from '../jobs/item-views.js';
 import { JobsModule } from '../jobs/jobs.module.js';
 import { LimitsModule } from '../users/limits.module.js';
 import { HistoryController, UserEventsController } from './history.controller.js';
@@ -19,7 +20,7 @@ function requireJsonBody(request: Request, _response: Response, next: NextFuncti
 @Module({
   imports: [JobsModule, LimitsModule],
   controllers: [HistoryController, UserEventsController],
-  providers: [HistoryService, HistoryStreams],
+  providers: [HistoryService, HistoryStreams, ItemViews],
 })
 export class HistoryModule implements NestModule {
   /**

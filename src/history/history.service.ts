@@ -1,29 +1,21 @@
 import { Injectable } from '@nestjs/common';
 import { DomainError } from '../common/problem.js';
-import { AppConfig } from '../config/config.js';
 import { type HistoryQuery, HistoryRepository } from '../jobs/history.repository.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
-import { JobProgress } from '../jobs/job-progress.js';
+import { ItemViews } from '../jobs/item-views.js';
 import { JobWaits } from '../jobs/job-waits.js';
-import { HistoryItemDto, type ItemSettings } from '../jobs/history-item.dto.js';
-import { MediaUrls } from '../media/media-urls.js';
+import type { HistoryItemDto } from '../jobs/history-item.dto.js';
 import type { HistoryPageDto } from './history.dto.js';
 
 /** A user's own history; another user's item is answered exactly like a missing one. */
 @Injectable()
 export class HistoryService {
-  private readonly itemSettings: ItemSettings;
-
   constructor(
     private readonly items: HistoryRepository,
     private readonly lifecycle: JobLifecycle,
     private readonly waits: JobWaits,
-    private readonly progress: JobProgress,
-    config: AppConfig,
-    mediaUrls: MediaUrls,
-  ) {
-    this.itemSettings = { historyRetentionMs: config.historyRetentionMs, mediaUrls };
-  }
+    private readonly views: ItemViews,
+  ) {}
 
   /** With `waitSeconds`, answers as soon as the item is final, or after that long with it still pending. */
   async get(userId: string, id: string, waitSeconds?: number): Promise<HistoryItemDto> {
@@ -31,16 +23,14 @@ export class HistoryService {
       ? await this.waits.untilFinal(userId, id, waitSeconds * 1000)
       : await this.items.findOwned(userId, id);
     if (!item) throw notFound();
-    const progress = await this.progress.of([item]);
-    return HistoryItemDto.from(item, this.itemSettings, progress.get(item.id));
+    return this.views.one(item);
   }
 
   /** Newest first, ties broken by id, so pages neither repeat nor skip items. */
   async list(userId: string, query: HistoryQuery): Promise<HistoryPageDto> {
     const { rows, total } = await this.items.list(userId, query);
-    const progress = await this.progress.of(rows);
     return {
-      items: rows.map((item) => HistoryItemDto.from(item, this.itemSettings, progress.get(item.id))),
+      items: await this.views.many(rows),
       page: query.page,
       limit: query.limit,
       total,

@@ -22,6 +22,7 @@ function row(status: HistoryItemRow['status']): HistoryItemRow {
     webhookAttempts: 0,
     webhookLastAttemptAt: null,
     webhookLastStatus: null,
+    startedAt: null,
   };
 }
 
@@ -55,7 +56,7 @@ describe('HistoryItemDto.from media URLs', () => {
   const READ_AT = Date.parse('2025-06-01T12:01:30.400Z');
 
   it('signs the result paths at the read, for MEDIA_URL_TTL, and says until when', () => {
-    const sut = HistoryItemDto.from(row('complete'), settings, undefined, READ_AT);
+    const sut = HistoryItemDto.from(row('complete'), settings, undefined, undefined, READ_AT);
 
     const id = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
     const expires = Date.parse('2025-06-01T13:01:30.000Z') / 1000;
@@ -68,16 +69,48 @@ describe('HistoryItemDto.from media URLs', () => {
   });
 
   it('signs afresh on every read', () => {
-    const first = HistoryItemDto.from(row('complete'), settings, undefined, READ_AT);
-    const later = HistoryItemDto.from(row('complete'), settings, undefined, READ_AT + 60_000);
+    const first = HistoryItemDto.from(row('complete'), settings, undefined, undefined, READ_AT);
+    const later = HistoryItemDto.from(row('complete'), settings, undefined, undefined, READ_AT + 60_000);
 
     expect(later.stock_url).not.toBe(first.stock_url);
     expect(later.media_urls_expire_at).toBe('2025-06-01T13:02:30.000Z');
   });
 
   it.each(['pending', 'error'] as const)('has no URLs and no expiry while there is no result (%s)', (status) => {
-    const sut = HistoryItemDto.from(row(status), settings, undefined, READ_AT);
+    const sut = HistoryItemDto.from(row(status), settings, undefined, undefined, READ_AT);
 
     expect(sut).toMatchObject({ preview_url: null, stock_url: null, output_url: null, media_urls_expire_at: null });
+  });
+});
+
+describe('HistoryItemDto.from: where a job is', () => {
+  const settings = {
+    mediaUrls: new MediaUrls('k'.repeat(32), undefined, 3_600_000, 'http://localhost:3000'),
+    historyRetentionMs: undefined,
+  };
+  const STARTED = new Date('2025-06-01T12:00:02.004Z');
+
+  it('shows the place in line of a queued job, and no metrics', () => {
+    const sut = HistoryItemDto.from(row('pending'), settings, undefined, 3);
+
+    expect(sut).toMatchObject({ started_at: null, queue_position: 3, metrics: null });
+  });
+
+  it('shows no place in line once the job started, whatever the line says', () => {
+    const sut = HistoryItemDto.from({ ...row('pending'), startedAt: STARTED }, settings, 0.2, 1);
+
+    expect(sut).toMatchObject({ started_at: STARTED.toISOString(), queue_position: null, metrics: null });
+  });
+
+  it('splits a final job into its wait and its run', () => {
+    const sut = HistoryItemDto.from({ ...row('complete'), startedAt: STARTED }, settings, undefined, 2);
+
+    expect(sut).toMatchObject({ queue_position: null, metrics: { queue_seconds: 2.004, run_seconds: 12.508 } });
+  });
+
+  it('counts only waiting for a job that ended without starting', () => {
+    const sut = HistoryItemDto.from(row('error'), settings);
+
+    expect(sut.metrics).toEqual({ queue_seconds: 14.512, run_seconds: null });
   });
 });

@@ -26,15 +26,25 @@ export class HistoryItemDto implements HistoryItemSchema {
   progress: number | null;
   expires_at: string | null;
   media_urls_expire_at: string | null;
+  started_at: string | null;
+  queue_position: number | null;
+  metrics: HistoryItemSchema['metrics'];
 
   /**
    * Result paths are shown only once the result exists, signed at `now` for MEDIA_URL_TTL: every read signs afresh.
    * `output_url` is the stock image's absolute URL, on the service itself or on whatever serves the media store
    * (MEDIA_PUBLIC_BASE_URL). `progress` is what the running job
    * last reported (`JobProgress`), if anything: 1 once complete, null once failed. A final item expires
-   * HISTORY_RETENTION after it ended, when the retention sweep removes it.
+   * HISTORY_RETENTION after it ended, when the retention sweep removes it. `queuePosition` is the job's place in its
+   * engine's line (`QueueLine`), shown only while it is queued; `metrics` come once it is final.
    */
-  static from(item: HistoryItemRow, settings: ItemSettings, progress?: number, now = Date.now()): HistoryItemDto {
+  static from(
+    item: HistoryItemRow,
+    settings: ItemSettings,
+    progress?: number,
+    queuePosition?: number,
+    now = Date.now(),
+  ): HistoryItemDto {
     const complete = item.status === 'complete';
     const urls = complete ? settings.mediaUrls.forItem(item.id, now) : undefined;
     return {
@@ -65,6 +75,17 @@ export class HistoryItemDto implements HistoryItemSchema {
             last_status: item.webhookLastStatus,
           }
         : null,
+      started_at: item.startedAt?.toISOString() ?? null,
+      queue_position: item.status === 'pending' && !item.startedAt ? (queuePosition ?? null) : null,
+      metrics: item.completedAt ? metricsOf(item.createdAt, item.startedAt, item.completedAt) : null,
     };
   }
+}
+
+/** How long a final job waited and ran, in seconds (to the millisecond); a job that never started only waited. */
+function metricsOf(created: Date, started: Date | null, ended: Date): NonNullable<HistoryItemSchema['metrics']> {
+  const seconds = (from: Date, to: Date) => Math.max(0, to.getTime() - from.getTime()) / 1000;
+  return started
+    ? { queue_seconds: seconds(created, started), run_seconds: seconds(started, ended) }
+    : { queue_seconds: seconds(created, ended), run_seconds: null };
 }

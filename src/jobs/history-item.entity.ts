@@ -8,6 +8,8 @@ type HistoryItemSchema = components['schemas']['HistoryItem'];
 export type JobStatus = HistoryItemSchema['status'];
 export type JobErrorCode = NonNullable<HistoryItemSchema['error']>['code'];
 export type WebhookState = NonNullable<HistoryItemSchema['webhook']>['state'];
+/** A webhook message a job's receiver may ask for (`webhook_events`). */
+export type WebhookEventName = 'started' | 'progress' | 'completed';
 
 /** Where a stored input lives (private storage) and what its bytes were found to be at upload. */
 export interface StoredInput {
@@ -82,6 +84,10 @@ export class HistoryItem {
   @Column({ name: 'completed_at', type: 'timestamptz', nullable: true })
   completedAt: Date | null;
 
+  /** When a worker began running the job (it got its engine's slot); null while queued. */
+  @Column({ name: 'started_at', type: 'timestamptz', nullable: true })
+  startedAt: Date | null;
+
   /** Where the final state is POSTed (`webhook_url` at creation); null without a webhook. */
   @Column({ name: 'webhook_url', type: 'text', nullable: true })
   webhookUrl: string | null;
@@ -97,4 +103,8 @@ export class HistoryItem {
 
   @Column({ name: 'webhook_last_status', type: 'int', nullable: true })
   webhookLastStatus: number | null;
+
+  /** The messages the webhook's receiver asked for (`webhook_events`); null: the final state alone. */
+  @Column({ name: 'webhook_events', type: 'text', array: true, nullable: true })
+  webhookEvents: WebhookEventName[] | null;
 }

@@ -6,7 +6,7 @@ import type { HistoryItem, JobErrorCode, JobStatus, WebhookState } from './histo
 /** What a new item is made of; the rest of its columns start at their defaults (pending, now). */
 export type NewHistoryItem = Pick<
   HistoryItem,
-  'id' | 'userId' | 'tool' | 'generationType' | 'inputs' | 'texts' | 'webhookUrl'
+  'id' | 'userId' | 'tool' | 'generationType' | 'inputs' | 'texts' | 'webhookUrl' | 'webhookEvents'
 >;
 
 /** An item as clients see it: the fields a `HistoryItemDto` is made from, named as on the entity. */
@@ -22,6 +22,7 @@ export type HistoryItemRow = Pick<
   | 'createdAt'
   | 'updatedAt'
   | 'completedAt'
+  | 'startedAt'
   | 'webhookUrl'
   | 'webhookState'
   | 'webhookAttempts'
@@ -35,6 +36,14 @@ export type JobRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationTyp
 /** What ending or removing an item leaves to clean up: its inputs, whose it was, and its engine's run. */
 export type EndedRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'status' | 'inputs'>;
 
+/** A user's jobs of one month with one tool, and how many of them ended complete or in error. */
+export interface ToolUsageRow {
+  tool: string;
+  jobs: number;
+  complete: number;
+  error: number;
+}
+
 export interface HistoryQuery {
   page: number;
   limit: number;
@@ -47,7 +56,8 @@ const ITEM_COLUMNS = `h.id, h.tool, h.generation_type AS "generationType", h.sta
        h.error_code AS "errorCode", h.error_message AS "errorMessage",
        h.created_at AS "createdAt", h.updated_at AS "updatedAt", h.completed_at AS "completedAt",
        h.webhook_url AS "webhookUrl", h.webhook_state AS "webhookState", h.webhook_attempts AS "webhookAttempts",
-       h.webhook_last_attempt_at AS "webhookLastAttemptAt", h.webhook_last_status AS "webhookLastStatus"`;
+       h.webhook_last_attempt_at AS "webhookLastAttemptAt", h.webhook_last_status AS "webhookLastStatus",
+       h.started_at AS "startedAt"`;
 
 const ENDED_COLUMNS = `id, user_id AS "userId", tool, generation_type AS "generationType", status, inputs`;
 
@@ -66,7 +76,7 @@ export class HistoryRepository {
   async createWithinPendingLimit(item: NewHistoryItem, maxPending: number): Promise<boolean> {
     const [{ created }] = await this.db.query<{ created: boolean }>({
       name: 'create-history-item',
-      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7, $8) AS created',
+      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7, $8, $9) AS created',
       values: [
         item.id,
         item.userId,
@@ -76,6 +86,7 @@ export class HistoryRepository {
         item.texts,
         maxPending,
         item.webhookUrl,
+        item.webhookEvents,
       ],
     });
     return created;
@@ -152,6 +163,30 @@ export class HistoryRepository {
     return row;
   }
 
+  /**
+   * Records that a worker began running the item's job, if it is pending and had not started before (a retry keeps
+   * its first start). Resolves the item's owner when this was its start, undefined otherwise.
+   */
+  async markStarted(id: string): Promise<{ userId: string } | undefined> {
+    const [row] = await this.db.query<{ userId: string }>({
+      name: 'mark-started',
+      text: `UPDATE history_items SET started_at = clock_timestamp()
+              WHERE id = $1 AND status = 'pending' AND started_at IS NULL RETURNING user_id AS "userId"`,
+      values: [id],
+    });
+    return row;
+  }
+
+  /** The item's job if it is pending and has not started: what its place in its engine's line is kept by. */
+  async notStarted(id: string): Promise<Pick<HistoryItem, 'userId' | 'tool' | 'generationType'> | undefined> {
+    const [row] = await this.db.query<Pick<HistoryItem, 'userId' | 'tool' | 'generationType'>>({
+      text: `SELECT user_id AS "userId", tool, generation_type AS "generationType" FROM history_items
+              WHERE id = $1 AND status = 'pending' AND started_at IS NULL`,
+      values: [id],
+    });
+    return row;
+  }
+
   /** Marks the item `error` if it is still pending; resolves undefined when it is gone or already final. */
   async failWhilePending(id: string, code: JobErrorCode, message: string): Promise<EndedRow | undefined> {
     const [row] = await this.db.query<EndedRow>({
@@ -215,10 +250,13 @@ export class HistoryRepository {
     return row;
   }
 
-  /** An item with its owner, for its webhook: whoever's it is. */
-  async findWithOwner(id: string): Promise<(HistoryItemRow & { userId: string }) | undefined> {
-    const [row] = await this.db.query<HistoryItemRow & { userId: string }>({
-      text: `SELECT ${ITEM_COLUMNS}, h.user_id AS "userId" FROM history_items h WHERE h.id = $1`,
+  /** An item with its owner and the webhook messages it wants, for its webhook: whoever's it is. */
+  async findWithOwner(
+    id: string,
+  ): Promise<(HistoryItemRow & Pick<HistoryItem, 'userId' | 'webhookEvents'>) | undefined> {
+    const [row] = await this.db.query<HistoryItemRow & Pick<HistoryItem, 'userId' | 'webhookEvents'>>({
+      text: `SELECT ${ITEM_COLUMNS}, h.user_id AS "userId", h.webhook_events AS "webhookEvents"
+               FROM history_items h WHERE h.id = $1`,
       values: [id],
     });
     return row;
@@ -298,6 +336,26 @@ export class HistoryRepository {
       values: [ids],
     });
     return rows.map((row) => row.id);
+  }
+
+  /** How many of the user's items are pending, from the trigger-kept counts. */
+  async pendingCount(userId: string): Promise<number> {
+    const [{ pending }] = await this.db.read<{ pending: number }>({
+      name: 'pending-count',
+      text: `SELECT coalesce(sum(count), 0)::int AS pending FROM history_counts WHERE user_id = $1 AND status = 'pending'`,
+      values: [userId],
+    });
+    return pending;
+  }
+
+  /** The user's jobs of the calendar month (UTC) that began at `periodStart`, by tool, from the trigger-kept rows. */
+  async monthUsage(userId: string, periodStart: Date): Promise<ToolUsageRow[]> {
+    return this.db.read<ToolUsageRow>({
+      name: 'month-usage',
+      text: `SELECT tool, jobs::int, complete::int, error::int FROM usage_months
+              WHERE user_id = $1 AND period_start = $2::date ORDER BY tool`,
+      values: [userId, periodStart.toISOString().slice(0, 10)],
+    });
   }
 
   /**

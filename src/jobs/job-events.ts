@@ -9,10 +9,10 @@ import type { JobStatus } from './history-item.entity.js';
 
 /**
  * A change of a history item, announced by `JobLifecycle` once the change is committed: `created` (pending),
- * `completed`, `failed` (final), `deleted` (gone).
+ * `started` (a worker began running it; still pending), `completed`, `failed` (final), `deleted` (gone).
  */
 export interface JobEvent {
-  kind: 'created' | 'completed' | 'failed' | 'deleted';
+  kind: 'created' | 'started' | 'completed' | 'failed' | 'deleted';
   historyItemId: string;
   userId: string;
   status: JobStatus;
@@ -30,10 +30,19 @@ export interface ProgressEvent {
 }
 
 /**
- * What a watcher is told: a change, a running job's progress, or `resync` after the fan-out was cut off and changes
- * may have been missed.
+ * A job of `engine`'s line started or left it: the jobs behind it moved up (`QueueLine`). Every watcher hears it, at
+ * most about once a second per engine and process; a watcher of a queued job reads its new position.
  */
-export type WatchedEvent = JobEvent | ProgressEvent | { kind: 'resync' };
+export interface LineMovedEvent {
+  kind: 'line';
+  engine: string;
+}
+
+/**
+ * What a watcher is told: a change, a running job's progress, a line that moved, or `resync` after the fan-out was
+ * cut off and changes may have been missed.
+ */
+export type WatchedEvent = JobEvent | ProgressEvent | LineMovedEvent | { kind: 'resync' };
 
 /** Whose changes a watcher follows: one item's, or all of one user's. */
 export type WatchScope = { historyItemId: string } | { userId: string };
@@ -107,9 +116,30 @@ export class JobEvents implements OnApplicationShutdown {
     });
   }
 
+  /**
+   * Calls `listener` for each progress report passed on in this process (the worker running the job), as `subscribe`
+   * does for changes.
+   */
+  subscribeProgress(listener: (event: ProgressEvent) => void | Promise<void>): () => void {
+    const guarded = (event: ProgressEvent) => {
+      void Promise.resolve()
+        .then(() => listener(event))
+        .catch((error: unknown) => this.logger.warn({ err: error, event }, 'a progress listener failed'));
+    };
+    this.local.on('progress', guarded);
+    return () => this.local.off('progress', guarded);
+  }
+
   /** Fanned out to watchers in every process, as changes are; lost while Redis is down (the next one follows). */
   announceProgress(event: Omit<ProgressEvent, 'kind'>): Promise<unknown> {
-    return this.redis.publish(this.channel, JSON.stringify({ kind: 'progress', ...event }));
+    const progress: ProgressEvent = { kind: 'progress', ...event };
+    this.local.emit('progress', progress);
+    return this.redis.publish(this.channel, JSON.stringify(progress));
+  }
+
+  /** Fanned out to every watcher in every process; lost while Redis is down (the next move follows). */
+  announceLineMoved(engine: string): Promise<unknown> {
+    return this.redis.publish(this.channel, JSON.stringify({ kind: 'line', engine } satisfies LineMovedEvent));
   }
 
   async onApplicationShutdown(): Promise<void> {
@@ -142,9 +172,11 @@ export class JobEvents implements OnApplicationShutdown {
     const subscriber = this.redis.duplicate({ keyPrefix: '', maxRetriesPerRequest: null, enableOfflineQueue: true });
     this.subscriber = subscriber;
     subscriber.on('error', () => {});
-    subscriber.on('message', (_channel: string, message: string) =>
-      this.dispatch(JSON.parse(message) as JobEvent | ProgressEvent),
-    );
+    subscriber.on('message', (_channel: string, message: string) => {
+      const event = JSON.parse(message) as JobEvent | ProgressEvent | LineMovedEvent;
+      if (event.kind === 'line') this.dispatchToAll(event);
+      else this.dispatch(event);
+    });
     let connectedBefore = false;
     subscriber.on('ready', () => {
       if (connectedBefore) this.dispatchToAll({ kind: 'resync' });

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import type { EngineRegistry } from '../engines/index.js';
 import { ServiceUnavailableError } from '../common/unavailable.js';
 import type { AppConfig } from '../config/config.js';
 import type { ObjectStore } from '../media/object-store.js';
@@ -12,6 +13,7 @@ import { type JobEvent, JobEvents } from './job-events.js';
 import { JobLifecycle } from './job-lifecycle.js';
 import type { JobProgress } from './job-progress.js';
 import type { OutputLease } from './output-lease.js';
+import type { QueueLine } from './queue-line.js';
 
 /** Everything the fakes below are asked to do, in order: the lifecycle's promises are about that order. */
 type Step = string;
@@ -32,6 +34,7 @@ function newItem(): NewHistoryItem {
     inputs: INPUTS,
     texts: {},
     webhookUrl: null,
+    webhookEvents: null,
   };
 }
 
@@ -46,9 +49,13 @@ function world(
     serverSilent?: boolean;
     /** Storage refuses every removal. */
     storageRefusesRemovals?: boolean;
+    /** A worker began running the job before. */
+    started?: boolean;
   } = {},
 ) {
   const steps: Step[] = [];
+  /** What the queue line was told, apart from `steps`: the line is QueueLine's own test (test/integration). */
+  const line: string[] = [];
   let row: (EndedRow & { status: JobStatus }) | undefined;
   const items = {
     createWithinPendingLimit: (item: NewHistoryItem) => {
@@ -85,6 +92,8 @@ function world(
       steps.push('commit error');
       return Promise.resolve({ ...row });
     },
+    notStarted: (id: string) =>
+      Promise.resolve(row?.id === id && row.status === 'pending' && !options.started ? { ...row } : undefined),
     deleteOwned: (userId: string, id: string) => {
       if (row?.id !== id || row.userId !== userId) return Promise.resolve(undefined);
       const deleted = row;
@@ -102,6 +111,10 @@ function world(
     drop: () => {
       steps.push(options.workerHoldsJob ? 'drop job: a worker holds it' : 'drop job');
       return Promise.resolve(!options.workerHoldsJob);
+    },
+    requeue: () => {
+      steps.push('enqueue again');
+      return Promise.resolve();
     },
   };
   const removal = () =>
@@ -162,10 +175,16 @@ function world(
     runs as unknown as EngineRuns,
     metrics as unknown as Metrics,
     lease as unknown as OutputLease,
+    {
+      join: (id: string, engine: string, userId: string) =>
+        Promise.resolve(line.push(`join ${id} ${engine} ${userId}`)),
+      leave: (id: string) => Promise.resolve(line.push(`leave ${id}`)),
+    } as unknown as QueueLine,
+    { route: () => ({ engineName: 'local' }) } as unknown as EngineRegistry,
     store('inputs') as unknown as ObjectStore,
     store('media') as unknown as ObjectStore,
   );
-  return { sut, steps, outcomes, announced, status: () => row?.status, answer: () => answer() };
+  return { sut, steps, line, outcomes, announced, status: () => row?.status, answer: () => answer() };
 }
 
 /** Listeners run after the change, on a later turn. */
@@ -173,6 +192,47 @@ const settled = () => new Promise((resolve) => setImmediate(resolve));
 
 const DELETE_INPUTS = `inputs: delete ${ID}-clothes, ${ID}-person`;
 const ABANDON_RUN = `abandon the run of ${ID} (fashion_swap/fashion_swap_full)`;
+
+describe('JobLifecycle and the queue line', () => {
+  it("puts an accepted job in its engine's line, for its user", async () => {
+    const { sut, line } = world();
+
+    await sut.accept(newItem(), 10);
+
+    expect(line).toEqual([`join ${ID} local ${USER}`]);
+  });
+
+  it('takes a job the queue refused out of the line again', async () => {
+    const { sut, line } = world({ queueDown: true });
+
+    await expect(sut.accept(newItem(), 10)).rejects.toBeInstanceOf(ServiceUnavailableError);
+
+    expect(line).toEqual([`join ${ID} local ${USER}`, `leave ${ID}`]);
+  });
+
+  it('takes a canceled job out of the line', async () => {
+    const { sut, line } = world();
+    await sut.accept(newItem(), 10);
+
+    await sut.cancel(USER, ID);
+
+    expect(line.at(-1)).toBe(`leave ${ID}`);
+  });
+
+  it.each([
+    [false, [`join ${ID} local ${USER}`]],
+    [true, []],
+  ])('requeues a job with its place in line unless it started (started: %s)', async (started, joins) => {
+    const { sut, steps, line } = world({ started });
+    await sut.accept(newItem(), 10);
+    line.length = 0;
+
+    await sut.requeue(ID);
+
+    expect(line).toEqual(joins);
+    expect(steps.at(-1)).toBe('enqueue again');
+  });
+});
 
 describe('JobLifecycle', () => {
   describe('accept', () => {

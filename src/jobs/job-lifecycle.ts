@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { EngineRegistry } from '../engines/index.js';
 import { INPUT_STORE, MEDIA_STORE } from '../media/media.js';
 import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
@@ -10,6 +11,7 @@ import { type EndedRow, HistoryRepository, type JobRow, type NewHistoryItem } fr
 import { JobEvents } from './job-events.js';
 import { JobProgress } from './job-progress.js';
 import { OutputLease } from './output-lease.js';
+import { QueueLine } from './queue-line.js';
 
 /**
  * Items whose files a retention sweep removes at once: enough to overlap storage round trips, few enough to leave
@@ -45,6 +47,8 @@ export class JobLifecycle {
     private readonly runs: EngineRuns,
     private readonly metrics: Metrics,
     private readonly lease: OutputLease,
+    private readonly line: QueueLine,
+    private readonly engines: EngineRegistry,
     @Inject(INPUT_STORE) private readonly inputs: ObjectStore,
     @Inject(MEDIA_STORE) private readonly media: ObjectStore,
   ) {}
@@ -68,14 +72,40 @@ export class JobLifecycle {
       return false;
     }
     try {
+      // In line before a worker can take it: a job that started before it joined would stand in line for good.
+      await this.line.join(item.id, this.engines.route(item.tool, item.generationType).engineName, item.userId);
       await this.queue.enqueue(item.id);
     } catch (error) {
+      await this.line.leave(item.id);
       await this.items.deleteOwned(item.userId, item.id);
       await this.inputs.delete(inputKeysOf(item.inputs));
       throw error;
     }
     this.events.announce({ kind: 'created', historyItemId: item.id, userId: item.userId, status: 'pending' });
     return true;
+  }
+
+  /**
+   * Queues a pending job again whose queue job was lost or ended without an outcome (the reconciler). One that never
+   * started keeps its place in its engine's line, or, when Redis lost the line with the job, joins it at the back.
+   */
+  async requeue(id: string): Promise<void> {
+    const job = await this.items.notStarted(id);
+    if (job) await this.line.join(id, this.engines.route(job.tool, job.generationType).engineName, job.userId);
+    await this.queue.requeue(id);
+  }
+
+  /**
+   * A worker began running the job: it got its engine's slot, or, for an engine without slots, its worker took it.
+   * Recorded once (a retry keeps the first start) and announced as `started`; the job leaves its engine's line, and
+   * the jobs behind it move up.
+   */
+  async start(job: { id: string }): Promise<void> {
+    const started = await this.items.markStarted(job.id);
+    await this.line.leave(job.id);
+    if (started) {
+      this.events.announce({ kind: 'started', historyItemId: job.id, userId: started.userId, status: 'pending' });
+    }
   }
 
   /**
@@ -163,7 +193,7 @@ export class JobLifecycle {
   async delete(userId: string, id: string): Promise<boolean> {
     const item = await this.items.deleteOwned(userId, id);
     if (!item) return false;
-    await Promise.all([this.queue.drop(id), this.webhooks.drop(id), this.progress.forget(id)]);
+    await Promise.all([this.queue.drop(id), this.webhooks.drop(id), this.progress.forget(id), this.line.leave(id)]);
     await this.removeFiles(item, { keepOutputs: false });
     this.events.announce({ kind: 'deleted', historyItemId: id, userId, status: item.status });
     // A final item's job is over: no run of it is left going. A pending one's run is stopped here even when a worker
@@ -207,6 +237,8 @@ export class JobLifecycle {
   async removeLeftovers(id: string, item: JobRow | undefined): Promise<void> {
     // A deleted item's inputs went with its row: the request that deleted it removed them.
     if (item?.status === 'pending') return;
+    // Left in line by a failed removal at its end: no job behind it is to wait for it.
+    await this.line.leave(id);
     if (!item) return this.removeOutputs(id);
     // Ended while this worker held its job, so the request that ended it could not drop it (nor stop its run).
     if (item.status !== 'complete') await this.runs.abandon(item);
@@ -225,7 +257,7 @@ export class JobLifecycle {
 
   private async ended(item: EndedRow, outcome: 'complete' | JobErrorCode): Promise<void> {
     this.metrics.countJobOutcome(item.tool, outcome);
-    await this.removeFiles(item, { keepOutputs: outcome === 'complete' });
+    await Promise.all([this.removeFiles(item, { keepOutputs: outcome === 'complete' }), this.line.leave(item.id)]);
     this.events.announce({
       kind: outcome === 'complete' ? 'completed' : 'failed',
       historyItemId: item.id,

@@ -22,7 +22,10 @@ export class JobWaits {
     const shutdown = this.draining.signal;
     let wake = () => {};
     // Watching starts before the first read, so a change committed in between still wakes the loop.
-    const unwatch = await this.events.watch({ historyItemId: id }, () => wake());
+    // A line's move tells nothing of this item's status (and comes for every queued job): no read for it.
+    const unwatch = await this.events.watch({ historyItemId: id }, (event) => {
+      if (event.kind !== 'line') wake();
+    });
     let stop = () => {};
     const stopped = new Promise<boolean>((resolve) => (stop = () => resolve(false)));
     shutdown.addEventListener('abort', stop, { once: true });

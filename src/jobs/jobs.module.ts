@@ -13,8 +13,10 @@ import { JobProgress } from './job-progress.js';
 import { JobWaits } from './job-waits.js';
 import { OutputLease } from './output-lease.js';
 import { PendingAge } from './pending-age.js';
+import { QueueLine } from './queue-line.js';
+import { UsageMonth } from './usage-month.entity.js';
 
-export const JOB_ENTITIES = [HistoryItem, HistoryCount];
+export const JOB_ENTITIES = [HistoryItem, HistoryCount, UsageMonth];
 
 /** History items as jobs: their table, their lifecycle and its events, for the API and the worker alike. */
 @Module({
@@ -29,6 +31,7 @@ export const JOB_ENTITIES = [HistoryItem, HistoryCount];
     JobWaits,
     OutputLease,
     PendingAge,
+    QueueLine,
   ],
   exports: [
     HistoryRepository,
@@ -39,6 +42,7 @@ export const JOB_ENTITIES = [HistoryItem, HistoryCount];
     JobProgress,
     JobWaits,
     QueueModule,
+    QueueLine,
   ],
 })
 export class JobsModule {}

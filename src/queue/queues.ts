@@ -33,18 +33,38 @@ export const DELIVER_JOB = 'deliver';
 /** The backoff strategy (see QueueModule) that waits WEBHOOK_RETRY_DELAYS_MS between a webhook's attempts. */
 export const WEBHOOK_BACKOFF = 'webhook-schedule';
 
-/** One webhook message: the final state of one item, sent (and re-sent) to its `webhook_url`. */
+/**
+ * One webhook message, sent (and re-sent) to the item's `webhook_url`: its final state, or, when its `webhook_events`
+ * ask for them, its start and its progress.
+ */
 export interface WebhookJobData {
   historyItemId: string;
-  type: 'generation.completed' | 'generation.failed';
-  /** The trace of the job whose end the message announces; absent when nothing is traced. */
+  type: 'generation.completed' | 'generation.failed' | 'generation.started' | 'generation.progress';
+  /** The progress a `generation.progress` message tells of (0 to 1). */
+  progress?: number;
+  /** The trace of the job whose change the message announces; absent when nothing is traced. */
   trace?: TraceCarrier;
 }
 
-/** One message per item (an item ends once), so the item id is the job id: announcing twice queues it once. */
-export function webhookJobOptions(config: AppConfig, historyItemId: string): JobOptions {
+/**
+ * A message's id, its queue job's id and (after `msg_`) its `webhook-id`: the same for one event, announced twice or
+ * retried, and another for each event of an item. The final state's is the item id, as it was when that was the only
+ * message: an item ends once. A start happens once; progress only rises, so its value in thousandths names it.
+ */
+export function webhookMessageId(message: Pick<WebhookJobData, 'historyItemId' | 'type' | 'progress'>): string {
+  switch (message.type) {
+    case 'generation.started':
+      return `${message.historyItemId}_started`;
+    case 'generation.progress':
+      return `${message.historyItemId}_progress_${Math.round((message.progress ?? 0) * 1000)}`;
+    default:
+      return message.historyItemId;
+  }
+}
+
+export function webhookJobOptions(config: AppConfig, messageId: string): JobOptions {
   return {
-    jobId: historyItemId,
+    jobId: messageId,
     attempts: config.webhookRetryDelaysMs.length + 1,
     backoff: { type: WEBHOOK_BACKOFF },
     removeOnComplete: { age: 3600, count: 1000 },

@@ -5,11 +5,14 @@ import type { Job, Queue } from 'bull';
 import { currentTraceCarrier, inSpan } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
 import { addInTime, type Delivery, deliveryOf, dropJob, jobAttributes, queueAttributes } from './job-queue.js';
-import { DELIVER_JOB, WEBHOOK_QUEUE, type WebhookJobData, webhookJobOptions } from './queues.js';
+import { DELIVER_JOB, WEBHOOK_QUEUE, type WebhookJobData, webhookJobOptions, webhookMessageId } from './queues.js';
 
 /** One delivery attempt of a webhook message. */
 export interface WebhookDelivery extends Delivery {
   type: WebhookJobData['type'];
+  progress: number | undefined;
+  /** The message's id (`webhookMessageId`). */
+  messageId: string;
 }
 
 /**
@@ -36,15 +39,23 @@ export class WebhookQueue {
           this.queue.add(
             DELIVER_JOB,
             { ...message, trace: currentTraceCarrier() },
-            webhookJobOptions(this.config, message.historyItemId),
+            webhookJobOptions(this.config, webhookMessageId(message)),
           ),
         ),
     );
   }
 
-  /** Drops the item's message, queued or kept after its delivery; false when a worker is delivering it just now. */
-  drop(historyItemId: string): Promise<boolean> {
-    return dropJob(this.queue, historyItemId);
+  /**
+   * Drops the item's final-state and start messages, queued or kept after their delivery; false when a worker is
+   * delivering one just now. Its progress messages are dropped by their next attempt, which finds the item gone.
+   */
+  async drop(historyItemId: string): Promise<boolean> {
+    const dropped = await Promise.all(
+      (['generation.completed', 'generation.started'] as const).map((type) =>
+        dropJob(this.queue, webhookMessageId({ historyItemId, type })),
+      ),
+    );
+    return dropped.every(Boolean);
   }
 
   /** Runs `handler` for each attempt; what it throws is retried on the schedule until the attempts run out. */
@@ -53,7 +64,13 @@ export class WebhookQueue {
       inSpan(
         `process ${WEBHOOK_QUEUE}`,
         { kind: SpanKind.CONSUMER, attributes: jobAttributes(WEBHOOK_QUEUE, job), parent: job.data.trace },
-        () => handler({ ...deliveryOf(job), type: job.data.type }),
+        () =>
+          handler({
+            ...deliveryOf(job),
+            type: job.data.type,
+            progress: job.data.progress,
+            messageId: webhookMessageId(job.data),
+          }),
       ),
     );
   }

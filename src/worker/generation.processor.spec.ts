@@ -73,6 +73,7 @@ function workerWithCancelAfterRead() {
       return Promise.resolve();
     },
     removeLeftovers: () => Promise.resolve(),
+    start: () => Promise.resolve(),
   };
   const config = { imageMaxPixels: 1_000_000, shutdownTimeoutMs: 1000, jobStateCheckMs: 60_000 } as AppConfig;
   const processor = new GenerationProcessor(

@@ -136,8 +136,19 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     const turn = this.slots.turn(route, id, stopped);
     const runs = this.runs.for(id, route.engineName);
     let handedOver = false;
+    // Started once it has its engine's slot: until then it waits in its engine's line like a job still queued.
+    let started: Promise<void> | undefined;
+    const start = () => (started ??= this.lifecycle.start(item));
+    const slot = turn.slot && {
+      take: async () => {
+        await turn.slot!.take();
+        await start();
+      },
+      free: () => turn.slot!.free(),
+    };
 
     try {
+      if (!slot) await start();
       // A run an earlier attempt left on a server the job's route no longer leads to (a rollout changed the routing
       // file) would go on with nobody to take its result.
       await this.runs.abandon(item, route.engineName);
@@ -167,7 +178,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
               signal,
               onProgress: progress.report,
               runs,
-              slot: turn.slot,
+              slot,
             }),
           );
           span.setAttribute('igs.outcome', 'complete');

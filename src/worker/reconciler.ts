@@ -100,7 +100,7 @@ export class Reconciler implements OnApplicationBootstrap, OnApplicationShutdown
       // attempts may all have failed on the database rather than the engine: ending it as engine_failed would blame
       // the engine for an outage. Run again, a job whose engine really fails ends as error; JOB_DEADLINE_MS bounds it.
       if (state === undefined || state === 'completed' || state === 'failed') {
-        await this.queue.requeue(id);
+        await this.lifecycle.requeue(id);
         count++;
       }
     }

@@ -217,7 +217,7 @@ describe('in a real browser (Debian Chromium)', () => {
     await images.stop();
   }, 60_000);
 
-  it('the playground shows a pending job progress: indeterminate, then the fraction the item carries, gone at complete', async () => {
+  it('the playground shows a pending job place in line, then its progress: indeterminate, then the fraction the item carries, gone at complete', async () => {
     // The service's pages, API and job; the job's event stream written by the test, so that it carries progress.
     const scripted = await startScriptedEvents(service.baseUrl);
     const user = await createUserWithKey(env.databaseUrl);
@@ -242,7 +242,17 @@ describe('in a real browser (Debian Chromium)', () => {
       progress,
     });
     const bar = page.getByRole('progressbar', { name: 'Working on it…' });
+    const queued = (position: number): HistoryItem => ({
+      ...pending(null),
+      started_at: null,
+      queue_position: position,
+    });
+    stream.send(queued(3));
+    await page.getByText('Waiting in line: 2 jobs ahead of it.').waitFor();
+    stream.send(queued(1));
+    await page.getByText('Waiting in line: it is next.').waitFor();
     stream.send(pending(null));
+    await page.locator('#job-place').waitFor({ state: 'hidden' });
     await bar.waitFor();
     const unknown = await shownProgress(bar);
     stream.send(pending(0.4));

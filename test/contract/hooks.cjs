@@ -89,6 +89,7 @@ const SKIP_NOT_PROVOKABLE = {
   'POST /files 503': UNAVAILABLE,
   'GET /files/{id} 503': UNAVAILABLE,
   'DELETE /files/{id} 503': UNAVAILABLE,
+  'GET /user/usage 503': UNAVAILABLE,
   'POST /user/webhook-secret/rotate 503': UNAVAILABLE,
   'GET /media/{id}/{file} 302':
     'cannot be provoked here: a redirect to the bucket needs STORAGE=s3 with MEDIA_DELIVERY=presigned, and this run ' +
@@ -441,6 +442,9 @@ hooks.beforeEachValidation((transaction) => {
     if (schema.type === 'integer' && !(/^\d+$/.test(value) && Number(value) >= (schema.minimum ?? 0))) {
       problems.push(`${name}: "${value}" is not an integer >= ${schema.minimum ?? 0}`);
     }
+    if (schema.pattern && !new RegExp(schema.pattern).test(value)) {
+      problems.push(`${name}: "${value}" does not match ${schema.pattern}`);
+    }
   }
   // The 401 transactions send no key at all (the contract says that answer is exactly `Bearer`), but for media,
   // which takes no key as well and so sends a wrong one.
@@ -472,6 +476,7 @@ const ROTATE = "/user/webhook-secret/rotate > Replace the caller's webhook signi
 const FILES = '/files > Store an image to name in later jobs';
 const FILE_READ = "/files/{id} > Read a stored file's description";
 const FILE_DELETE = '/files/{id} > Delete a stored file';
+const USAGE = "/user/usage > The caller's limits and usage";
 const RATE_LIMITED_REQUESTS = {
   [TOOLS]: () => {},
   [TYPES]: (t) => setPath(t, '/generation/generationTypes?tool=default'),
@@ -494,6 +499,7 @@ const RATE_LIMITED_REQUESTS = {
   [FILES]: (t) => useMultipart(t, [filePart()]),
   [FILE_READ]: async (t) => setPath(t, `/files/${await storedFile()}`),
   [FILE_DELETE]: async (t) => setPath(t, `/files/${await storedFile()}`),
+  [USAGE]: () => {},
 };
 for (const [operation, prepare] of Object.entries(RATE_LIMITED_REQUESTS)) {
   on('before', `${operation} > 429 > application/problem+json`, async (t) => {
@@ -728,6 +734,15 @@ on('beforeValidation', `${ROTATE} > 200 > application/json`, async (t) => {
   }
 });
 expectProblemCode(`${SECRET} > 401 > application/problem+json`, 'unauthorized');
+
+// GET /user/usage: user 1 created product cards above (the contract's order), so this month counts them.
+on('beforeValidation', `${USAGE} > 200 > application/json`, (t) => {
+  const { month } = realJson(t);
+  if (!(month.jobs >= 1 && month.by_tool.fashion_card !== undefined)) {
+    throw new Error(`the month does not count the jobs this run created: ${t.real.body}`);
+  }
+});
+expectProblemCode(`${USAGE} > 401 > application/problem+json`, 'unauthorized');
 expectProblemCode(`${ROTATE} > 401 > application/problem+json`, 'unauthorized');
 
 // DELETE /user/generation-history/{id} (204 deletes a job of its own, so user 1's item lives on for feedback)

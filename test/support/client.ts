@@ -14,6 +14,8 @@ export type GenerationTypesBody = components['schemas']['GenerationType'][];
 export type WebhookSecretBody = components['schemas']['WebhookSecret'];
 export type JobRequestBody = components['schemas']['JobRequest'];
 export type StoredFileBody = components['schemas']['StoredFile'];
+export type UsageBody = components['schemas']['Usage'];
+export type WebhookEventBody = components['schemas']['WebhookEvent'];
 
 /** An item on success, a problem otherwise (`status` is then the item's, `code` and `errors` the problem's). */
 export type ItemOrProblem = HistoryItemBody & Partial<Omit<ProblemBody, 'status'>>;
@@ -214,6 +216,11 @@ export class Client {
       body,
       contentType,
     });
+  }
+
+  /** The caller's limits, what they use of them now, and their jobs this month. */
+  usage(): Promise<Answer<UsageBody>> {
+    return this.call('GET', '/user/usage', '/user/usage');
   }
 
   webhookSecret(): Promise<Answer<WebhookSecretBody>> {

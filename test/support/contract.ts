@@ -54,6 +54,14 @@ export async function expectMatchesContract(
   return body;
 }
 
+/** Asserts that a value (a stream event's data, a webhook's body) validates against a schema of the contract. */
+export function expectMatchesSchema(name: string, value: unknown): void {
+  const schema = contractSchema.toJsonSchema(contract, { $ref: `#/components/schemas/${name}` });
+  if (!ajv.validate(schema, value)) {
+    throw new Error(`${name} breaks the contract: ${ajv.errorsText(ajv.errors)}\n${JSON.stringify(value)}`);
+  }
+}
+
 /**
  * Reads an event stream's first block (an open-ended stream never ends by itself): an event the contract describes,
  * whose data it returns, or a comment, with which a stream that has no event yet says it is open. Closes the stream.

@@ -108,6 +108,37 @@ describe('the typed client against the service', () => {
     }
   }, 60_000);
 
+  it("reads where a job was (its start and metrics) and the caller's usage, which counts it", async () => {
+    const before = await client.usage();
+    const { history_item_id: id } = await client.createJob({ ...(await tryOn()), wait: 30 });
+
+    const item = await client.item(id);
+    const after = await client.usage();
+
+    expect(item).toMatchObject({ status: 'complete', queue_position: null });
+    expect(item.started_at).not.toBeNull();
+    expect(item.metrics).toEqual({ queue_seconds: expect.any(Number), run_seconds: expect.any(Number) });
+    expect(after.month.jobs).toBe(before.month.jobs + 1);
+    expect(after.month.by_tool.fashion_swap_half?.complete).toBe(
+      (before.month.by_tool.fashion_swap_half?.complete ?? 0) + 1,
+    );
+    expect(after.limits.creations_per_minute).toBeGreaterThan(0);
+  }, 60_000);
+
+  it('sends webhook_events as a repeated field, and the service refuses an unknown one by name', async () => {
+    const refused = client.createJob({
+      ...(await tryOn()),
+      webhookUrl: 'https://hooks.example.com/igs',
+      webhookEvents: ['started', 'finished' as 'completed'],
+    });
+
+    await expect(refused).rejects.toMatchObject({
+      status: 422,
+      code: 'invalid_webhook_events',
+      problem: { errors: [expect.objectContaining({ field: 'webhook_events' })] },
+    });
+  }, 60_000);
+
   it('waits by Prefer: wait when no event stream can be had', async () => {
     const noStreams: typeof fetch = (input, init) => {
       const url = input instanceof Request ? input.url : String(input);
@@ -343,6 +374,9 @@ describe('the typed client following the progress of a job', () => {
     expires_at: null,
     media_urls_expire_at: null,
     webhook: null,
+    started_at: progress === null ? null : '2025-06-01T12:00:01.000Z',
+    queue_position: null,
+    metrics: null,
   });
   const complete: HistoryItem = {
     ...pending(1),

@@ -178,6 +178,9 @@ describe('job creation with a worker running', () => {
           expires_at: null,
           media_urls_expire_at: expect.any(String),
           webhook: null,
+          started_at: expect.any(String),
+          queue_position: null,
+          metrics: { queue_seconds: expect.any(Number), run_seconds: expect.any(Number) },
         });
         expect([unsigned(item.preview_url!), unsigned(item.stock_url!)]).toEqual([
           unsigned(accepted.preview_image),
@@ -331,11 +334,14 @@ describe('a job while it is pending (no worker running)', () => {
       created_at: expect.any(String),
       updated_at: expect.any(String),
       completed_at: null,
-      // Queued, with no worker: nothing has been reported.
+      // Queued, with no worker: nothing has been reported, and it is next in its engine's line.
       progress: null,
       expires_at: null,
       media_urls_expire_at: null,
       webhook: null,
+      started_at: null,
+      queue_position: 1,
+      metrics: null,
     });
     for (const path of [accepted.preview_image, accepted.stock_image]) {
       const media = await fetch(`${block.sut.baseUrl}/${path}`);

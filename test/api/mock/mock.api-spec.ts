@@ -360,6 +360,42 @@ describe('the mock server (npm run mock)', () => {
     });
   });
 
+  it('takes webhook_events as one part per event, and answers with the creation budget as the service does', async () => {
+    const response = await createJob([
+      ['tool', 'default'],
+      ['image', PICTURE],
+      ['webhook_url', 'https://app.example.com/hooks/generation'],
+      ['webhook_events', 'started'],
+      ['webhook_events', 'progress'],
+    ]);
+
+    expect(response.status).toBe(202);
+    expect(response.headers.get('ratelimit-policy')).toBe('"creations";q=60;w=60');
+    expect(response.headers.get('ratelimit')).toMatch(/^"creations";r=\d+;t=\d+$/);
+  });
+
+  it('refuses an unknown webhook event as 422 invalid_webhook_events, as the service does', async () => {
+    const response = await createJob([
+      ['tool', 'default'],
+      ['image', PICTURE],
+      ['webhook_url', 'https://app.example.com/hooks/generation'],
+      ['webhook_events', 'finished'],
+    ]);
+
+    expect(response.status).toBe(422);
+    expect(await response.json()).toMatchObject({
+      code: 'invalid_webhook_events',
+      errors: [expect.objectContaining({ field: 'webhook_events' })],
+    });
+  });
+
+  it('answers GET /user/usage with the documented example', async () => {
+    const response = await sut('/user/usage');
+
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual(documentedExample('/user/usage'));
+  });
+
   describe('sends an X-Request-Id on every answer, as the service does', () => {
     it.each([
       ['a 200', '/generation/tools', { authorization: 'Bearer anything' }],

@@ -67,6 +67,8 @@ describe('SIGTERM to API replicas with event streams and held requests open', ()
       .catch((error: unknown) => error);
     await waitUntil(() => opened.length === 1, 'the history stream to open');
     const id = await submit(first.baseUrl, key, await uniqueImage());
+    // Started (its start is a change the streams send): nothing else changes until the engine is done.
+    await world.fake.waitFor((fake) => fake.inFlight().length === 1, 'the job in the engine');
     const updates: HistoryItem[] = [];
     const job = sut.waitForJob(id, { onUpdate: (item) => updates.push(item) });
     const userStream = await openStream(`${first.baseUrl}/user/events`, key);
@@ -74,7 +76,6 @@ describe('SIGTERM to API replicas with event streams and held requests open', ()
     const held = fetch(`${first.baseUrl}/user/generation-history/${id}`, {
       headers: { Authorization: `Bearer ${key}`, Prefer: 'wait=60' },
     });
-    await world.fake.waitFor((fake) => fake.inFlight().length === 1, 'the job in the engine');
     await waitUntil(
       () => updates.length === 1 && statusesOf(itemStream).length === 1 && userStream.comments > 0,
       'every stream to be open',
