@@ -231,6 +231,8 @@ describe("the README's quick start, on a fresh copy of the repository", () => {
     async () => {
       const service = await start(folder, command, {
         DATABASE_URL: env.databaseUrl,
+        // The README's word for a start on PostgreSQL: every process signs result URLs with the same key.
+        MEDIA_SIGNING_KEY: env.serviceEnv.MEDIA_SIGNING_KEY,
         REDIS_PREFIX: env.redisPrefix,
       });
       try {
