@@ -1,7 +1,7 @@
 import { Client, CREATE_PATH, type FormValue, type ProblemBody } from '../../support/client.js';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
-import { createUser, Processes } from '../../support/harness.js';
+import { createUser, FAST_TIMINGS, Processes } from '../../support/harness.js';
 import { makeImage } from '../../support/jobs.js';
 
 /** A budget small enough to spend in a test. */
@@ -60,9 +60,10 @@ describe('usage and the creation budget', () => {
       limits: {
         max_pending: MAX_PENDING,
         creations_per_minute: CREATIONS_PER_MINUTE,
-        concurrent_uploads: 4,
+        // The test harness's room for one user's requests at once (FAST_TIMINGS), and the default for streams.
+        concurrent_uploads: Number(FAST_TIMINGS.LIMIT_CONCURRENT_UPLOADS),
         event_streams: 20,
-        held_requests: 20,
+        held_requests: Number(FAST_TIMINGS.LIMIT_HELD_REQUESTS),
       },
       now: { pending: 0, creations_last_minute: 0 },
       month: {
