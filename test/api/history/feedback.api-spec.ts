@@ -3,6 +3,9 @@ import { createTestEnvironment, type TestEnvironment } from '../../support/envir
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { connect, insertItems, type SeededItem, userIdOf } from '../../support/history.js';
 import { Client, type HistoryItemBody } from '../../support/client.js';
+import { unsignedItem } from '../../support/media.js';
+
+type UnsignedItem = ReturnType<typeof unsignedItem<HistoryItemBody>>;
 
 const CREATED_AT = '2025-03-01T10:00:00.000Z';
 
@@ -19,10 +22,11 @@ describe('PATCH /user/generation-history/feedback/{id}', () => {
     return item.id;
   }
 
-  async function read(id: string): Promise<HistoryItemBody> {
+  /** The item as its owner reads it, its media URLs unsigned: each read signs them afresh. */
+  async function read(id: string): Promise<UnsignedItem> {
     const { status, body } = await owner.get(id);
     expect(status).toBe(200);
-    return body;
+    return unsignedItem(body as HistoryItemBody);
   }
 
   beforeAll(async () => {
@@ -50,9 +54,9 @@ describe('PATCH /user/generation-history/feedback/{id}', () => {
       const { status, body } = await owner.feedback(id, JSON.stringify({ like }));
 
       expect(status).toBe(200);
-      expect(body).toEqual({ ...before, like, updated_at: expect.any(String) });
+      expect(unsignedItem(body)).toEqual({ ...before, like, updated_at: expect.any(String) });
       expect(Date.parse(body.updated_at)).toBeGreaterThan(Date.parse(before.updated_at));
-      expect(await read(id)).toEqual(body);
+      expect(await read(id)).toEqual(unsignedItem(body));
     });
 
     it('clears earlier feedback with null', async () => {
@@ -119,7 +123,7 @@ describe('PATCH /user/generation-history/feedback/{id}', () => {
 
   describe('a body that is not exactly {"like": true | false | null}', () => {
     let id: string;
-    let before: HistoryItemBody;
+    let before: UnsignedItem;
 
     beforeAll(async () => {
       id = await seed('complete', true);
