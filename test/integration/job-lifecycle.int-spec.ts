@@ -4,10 +4,10 @@ import { Database } from '../../src/database/database.js';
 import type { JobErrorCode, JobStatus } from '../../src/jobs/history-item.entity.js';
 import { type JobEvent, JobEvents } from '../../src/jobs/job-events.js';
 import { JobLifecycle } from '../../src/jobs/job-lifecycle.js';
-import { INPUT_STORE, inputKey, MEDIA_STORE, outputKey } from '../../src/media/media.js';
+import { INPUT_STORE, MEDIA_STORE, outputKey } from '../../src/media/media.js';
 import type { ObjectStore } from '../../src/media/object-store.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { bootLifecycle } from '../support/lifecycle.js';
+import { bootLifecycle, pendingItem } from '../support/lifecycle.js';
 
 /** Rounds per pair of operations: each round is a new item, both operations started at once. */
 const ROUNDS = 12;
@@ -57,27 +57,7 @@ describe('JobLifecycle on a real PostgreSQL, Redis and storage', () => {
   }, 60_000);
 
   /** A pending item as a creation leaves it: its input stored, its row written, its job queued. */
-  async function pendingItem(): Promise<string> {
-    const id = randomUUID();
-    const key = inputKey(id, 'image');
-    await inputs.put(key, Buffer.from(`the photo of ${id}`));
-    const input = { key, format: 'jpeg' as const, width: 64, height: 64, bytes: 10 };
-    const accepted = await sut.accept(
-      {
-        id,
-        userId,
-        tool: 'default',
-        generationType: 'default',
-        inputs: { image: input },
-        texts: {},
-        webhookUrl: null,
-        webhookEvents: null,
-      },
-      1000,
-    );
-    if (!accepted) throw new Error('the item was refused');
-    return id;
-  }
+  const newPendingItem = () => pendingItem(app, userId);
 
   /** What a run of the job writes: bytes that say which run wrote them. */
   function writeOutputs(id: string, run: string): () => Promise<void> {
@@ -132,7 +112,7 @@ describe('JobLifecycle on a real PostgreSQL, Redis and storage', () => {
       `of a %s item: exactly one outcome, no file without a row`,
       async (start) => {
         for (let round = 0; round < ROUNDS; round++) {
-          const id = await pendingItem();
+          const id = await newPendingItem();
           if (start === 'complete' && !(await sut.complete(id, writeOutputs(id, 'the first run')))) {
             throw new Error('the item did not complete before the race');
           }

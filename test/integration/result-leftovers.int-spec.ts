@@ -2,12 +2,12 @@ import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
 import { Database } from '../../src/database/database.js';
 import { JobLifecycle } from '../../src/jobs/job-lifecycle.js';
-import { INPUT_STORE, inputKey, MEDIA_STORE, outputKey } from '../../src/media/media.js';
+import { MEDIA_STORE, outputKey } from '../../src/media/media.js';
 import type { ObjectStore } from '../../src/media/object-store.js';
 import { Metrics } from '../../src/metrics/metrics.js';
 import { ResultLeftovers } from '../../src/worker/result-leftovers.js';
 import { createTestEnvironment, type TestEnvironment } from '../support/environment.js';
-import { bootLifecycle } from '../support/lifecycle.js';
+import { bootLifecycle, pendingItem } from '../support/lifecycle.js';
 import { type RefusingProxy, type S3Server, startRefusingProxy, startS3Server } from '../support/s3rver.js';
 
 const HOUR_MS = 3600_000;
@@ -21,7 +21,6 @@ describe.each(['local', 's3'] as const)('the media store with STORAGE=%s', (stor
   let sut: ResultLeftovers;
   let db: Database;
   let media: ObjectStore;
-  let inputs: ObjectStore;
   let userId: string;
 
   beforeAll(async () => {
@@ -37,7 +36,6 @@ describe.each(['local', 's3'] as const)('the media store with STORAGE=%s', (stor
     sut = app.get(ResultLeftovers);
     db = app.get(Database);
     media = app.get(MEDIA_STORE);
-    inputs = app.get(INPUT_STORE);
     userId = randomUUID();
     await db.query({ text: 'INSERT INTO users (id, name) VALUES ($1, $2)', values: [userId, 'owner'] });
   }, 60_000);
@@ -49,26 +47,7 @@ describe.each(['local', 's3'] as const)('the media store with STORAGE=%s', (stor
     await env?.dispose();
   }, 60_000);
 
-  async function pendingItem(): Promise<string> {
-    const id = randomUUID();
-    const key = inputKey(id, 'image');
-    await inputs.put(key, Buffer.from('a photo'));
-    const input = { key, format: 'jpeg' as const, width: 64, height: 64, bytes: 7 };
-    await lifecycle.accept(
-      {
-        id,
-        userId,
-        tool: 'default',
-        generationType: 'default',
-        inputs: { image: input },
-        texts: {},
-        webhookUrl: null,
-        webhookEvents: null,
-      },
-      1000,
-    );
-    return id;
-  }
+  const newPendingItem = () => pendingItem(app, userId);
 
   const writeOutputs = (id: string) => async () => {
     await media.put(outputKey(id, 'stock'), Buffer.from('stock'));
@@ -76,7 +55,7 @@ describe.each(['local', 's3'] as const)('the media store with STORAGE=%s', (stor
   };
 
   async function completeItem(): Promise<string> {
-    const id = await pendingItem();
+    const id = await newPendingItem();
     if (!(await lifecycle.complete(id, writeOutputs(id)))) throw new Error('the item did not complete');
     return id;
   }
@@ -89,12 +68,12 @@ describe.each(['local', 's3'] as const)('the media store with STORAGE=%s', (stor
 
   it('removes, once older than an hour, the result folders of no item or of an item that ended without a result', async () => {
     const complete = await completeItem();
-    const pending = await pendingItem();
+    const pending = await newPendingItem();
     await writeOutputs(pending)();
     // What a removal whose files could not go, or a crash, leaves: folders of a row that is gone or ended `error`.
     const gone = randomUUID();
     await writeOutputs(gone)();
-    const failed = await pendingItem();
+    const failed = await newPendingItem();
     await lifecycle.fail(failed, 'engine_failed', 'The engine could not process the job.');
     await writeOutputs(failed)();
     // Not the service's: not an item's folder.
