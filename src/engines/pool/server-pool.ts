@@ -120,12 +120,15 @@ export class ServerPool<Route extends object> implements EngineServer<Route>, Po
     return Object.values(await this.probeEach(signal)).some(Boolean);
   }
 
-  /** Each server that takes new jobs, with whether it answered its probe within the signal's time. */
+  /**
+   * Each server that takes new jobs, up when it answered its probe within the signal's time and is in the rotation
+   * (out of it, until its own probe puts it back: a server that answers the probe may still fail its jobs).
+   */
   async probeEach(signal: AbortSignal): Promise<Record<string, boolean>> {
     await this.ready();
     const members = [...this.members.values()].filter((member) => !member.gone);
     const answers = await Promise.all(members.map((member) => member.served.probe(signal).catch(() => false)));
-    return Object.fromEntries(members.map((member, index) => [member.url, answers[index]]));
+    return Object.fromEntries(members.map((member, index) => [member.url, answers[index] && member.up]));
   }
 
   async close(): Promise<void> {
