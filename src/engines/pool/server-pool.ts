@@ -16,6 +16,8 @@ export const DISCOVERY_INTERVAL_MS = 15_000;
 /** A failing server's first time out of the rotation; each failed probe doubles it, up to BACKOFF_MAX_MS. */
 export const BACKOFF_BASE_MS = 1000;
 export const BACKOFF_MAX_MS = 60_000;
+/** Takes of a slot on a server out of this worker's rotation before the job runs where the slots say. */
+const RETAKES = 3;
 /** One probe's limit. */
 const PROBE_TIMEOUT_MS = 5000;
 
@@ -144,9 +146,15 @@ export class ServerPool<Route extends object> implements EngineServer<Route>, Po
     const followed = recorded && this.members.get(recorded.server);
     // The slot is taken before the engine starts, as the engine is that of the server the slot is on. A run left on a
     // server still up is followed there, wherever the slot is (its own slot lapsed): that server is busy with it.
-    const onSlot = await request.slot?.take();
+    let onSlot = await request.slot?.take();
+    // Each worker sees the rotation from its own failures and probes, and another may hand this job a slot on a server
+    // this one took out of it: that slot goes back, and the job takes one again, from this worker's view of the pool.
+    for (let tries = 1; request.slot && !followed?.up && !this.inRotation(onSlot) && tries < RETAKES; tries++) {
+      await request.slot.free();
+      onSlot = await request.slot.take();
+    }
     let member = followed?.up ? followed : this.members.get(onSlot ?? '');
-    if (!member || (member !== followed && member.gone)) member = this.anyUp();
+    if (!member || (member !== followed && !this.inRotation(member.url))) member = this.anyUp();
     if (!member) throw new ServerUnavailable(`no server of ${this.setting.name} is in the rotation`);
     if (member !== followed) await request.runs?.remember(encodePooledRun({ server: member.url }));
     let engine = member.engines.get(route);
@@ -162,6 +170,11 @@ export class ServerPool<Route extends object> implements EngineServer<Route>, Po
       }
       throw error;
     }
+  }
+
+  private inRotation(server: string | undefined): boolean {
+    const member = this.members.get(server ?? '');
+    return member !== undefined && member.up && !member.gone;
   }
 
   /** A server in the rotation, for a job without a slot: the first, as the slots choose for the others. */
