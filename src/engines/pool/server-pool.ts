@@ -156,7 +156,10 @@ export class ServerPool<Route extends object> implements EngineServer<Route>, Po
     let member = followed?.up ? followed : this.members.get(onSlot ?? '');
     if (!member || (member !== followed && !this.inRotation(member.url))) member = this.anyUp();
     if (!member) throw new ServerUnavailable(`no server of ${this.setting.name} is in the rotation`);
-    if (member !== followed) await request.runs?.remember(encodePooledRun({ server: member.url }));
+    // Not waited for, as the slot is held: the record's commands go over one connection in order, so the engine's own
+    // record comes after it. A record not kept costs only the follow-up of a run left behind.
+    if (member !== followed)
+      void request.runs?.remember(encodePooledRun({ server: member.url })).catch(() => undefined);
     let engine = member.engines.get(route);
     if (!engine) {
       engine = member.served.engineFor(route);
