@@ -128,10 +128,13 @@ export class EngineRegistry implements OnApplicationShutdown {
     const servers = new Map<string, Server>();
     for (const setting of engineRouting.servers) {
       const kept = this.servers.get(setting.name);
-      servers.set(
-        setting.name,
-        kept && isDeepStrictEqual(kept.setting, setting) ? kept : { setting, served: serve(setting, this.limits) },
-      );
+      if (kept && isDeepStrictEqual(kept.setting, setting)) {
+        servers.set(setting.name, kept);
+        continue;
+      }
+      const served = serve(setting, this.limits);
+      if (served instanceof ServerPool && kept?.served instanceof ServerPool) served.inherit(kept.served);
+      servers.set(setting.name, { setting, served });
     }
     for (const [name, server] of this.servers) if (servers.get(name) !== server) this.retired.push(server);
     const routes = new Map<string, ResolvedRoute>();

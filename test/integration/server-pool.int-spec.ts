@@ -216,6 +216,24 @@ describe('ServerPool against fake Cog servers', () => {
     expect(ranOn(other)).toEqual([jobId]);
   });
 
+  it('keeps a server out of the rotation in the pool a routing file change makes of it', async () => {
+    const gone = await fake();
+    const other = await fake();
+    const before = pool([gone.url, other.url]);
+    await gone.close();
+    await attempt(before, randomUUID()).catch(() => undefined);
+    const added = await fake();
+
+    const sut = pool([gone.url, other.url, added.url]);
+    sut.inherit(before);
+
+    expect(sut.servers().map(({ name, healthy }) => ({ name, healthy }))).toEqual([
+      { name: gone.url, healthy: false },
+      { name: other.url, healthy: true },
+      { name: added.url, healthy: true },
+    ]);
+  });
+
   it('sends the next attempt of a job to the server its run is on, though the slots would choose another', async () => {
     const servers = [await fake(() => ({ kind: 'hang' })), await fake(() => ({ kind: 'hang' }))];
     const sut = pool(servers.map((server) => server.url));

@@ -16,8 +16,6 @@ export const DISCOVERY_INTERVAL_MS = 15_000;
 /** A failing server's first time out of the rotation; each failed probe doubles it, up to BACKOFF_MAX_MS. */
 export const BACKOFF_BASE_MS = 1000;
 export const BACKOFF_MAX_MS = 60_000;
-/** Takes of a slot on a server out of this worker's rotation before the job runs where the slots say. */
-const RETAKES = 3;
 /** One probe's limit. */
 const PROBE_TIMEOUT_MS = 5000;
 
@@ -102,6 +100,20 @@ export class ServerPool<Route extends object> implements EngineServer<Route>, Po
     return () => this.listeners.delete(listener);
   }
 
+  /**
+   * Takes over what the pool this one replaces (a routing file change) knew of its servers: one out of the rotation
+   * there stays out here, probed on, rather than failing a job again in every worker.
+   */
+  inherit(previous: ServerPool<Route>): void {
+    for (const member of this.members.values()) {
+      const before = previous.members.get(member.url);
+      if (!before || before.up) continue;
+      member.up = false;
+      member.backoffMs = before.backoffMs;
+      this.probeLater(member);
+    }
+  }
+
   /** Resolves once the first DNS answer is in (at once for `urls`). */
   async ready(): Promise<void> {
     await this.discovering;
@@ -148,8 +160,10 @@ export class ServerPool<Route extends object> implements EngineServer<Route>, Po
     // server still up is followed there, wherever the slot is (its own slot lapsed): that server is busy with it.
     let onSlot = await request.slot?.take();
     // Each worker sees the rotation from its own failures and probes, and another may hand this job a slot on a server
-    // this one took out of it: that slot goes back, and the job takes one again, from this worker's view of the pool.
-    for (let tries = 1; request.slot && !followed?.up && !this.inRotation(onSlot) && tries < RETAKES; tries++) {
+    // this one took out of it: that slot goes back, and the job waits for one again, handed out by this worker's view
+    // of the pool or by another's (which takes that server out once one of its own jobs fails there). Run elsewhere
+    // without its slot, the job would find that server busy.
+    while (request.slot && onSlot !== undefined && !followed?.up && !this.inRotation(onSlot)) {
       await request.slot.free();
       onSlot = await request.slot.take();
     }
