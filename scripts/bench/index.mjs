@@ -27,6 +27,7 @@ const BENCHES = {
   comfyui: () => import('./benches/comfyui.mjs'),
   person: () => import('./benches/person.mjs'),
   remote: () => import('./benches/remote.mjs'),
+  pool: () => import('./benches/pool.mjs'),
   frontend: () => import('./benches/frontend.mjs'),
   tracing: () => import('./benches/tracing.mjs'),
   slots: () => import('./benches/slots.mjs'),

@@ -295,6 +295,8 @@ function engineRouting(
         name: serverName,
         kind: 'cog',
         url: shortcut.url,
+        urls: [shortcut.url],
+        discover: undefined,
         concurrency: 1,
         timeoutMs: read.ENGINE_TIMEOUT_MS,
         headers: {},

@@ -16,10 +16,20 @@ export interface ServerBase {
   headers: Readonly<Record<string, string>>;
 }
 
-export interface CogServerSetting extends ServerBase {
-  kind: 'cog';
-  /** Base URL of the Cog HTTP server, without a trailing slash. */
+/**
+ * The model servers behind one engine (docs/engines.md, "Pools"): each takes the engine's `concurrency` jobs at once.
+ */
+export interface PoolSetting {
+  /** Base URL of the server, without a trailing slash; a pool's first, or with `discover` the name to resolve. */
   url: string;
+  /** Every server's base URL, `url` alone for one server; with `discover`, `[url]` (the addresses come at run time). */
+  urls: readonly string[];
+  /** `dns`: every address `url`'s host name resolves to is a server, looked up again every 15 s. */
+  discover: 'dns' | undefined;
+}
+
+export interface CogServerSetting extends ServerBase, PoolSetting {
+  kind: 'cog';
 }
 
 export interface ReplicateServerSetting extends ServerBase {
@@ -29,10 +39,8 @@ export interface ReplicateServerSetting extends ServerBase {
   baseUrl: string;
 }
 
-export interface ComfyServerSetting extends ServerBase {
+export interface ComfyServerSetting extends ServerBase, PoolSetting {
   kind: 'comfyui';
-  /** Base URL of the ComfyUI server, without a trailing slash. */
-  url: string;
 }
 
 export type EngineServerSetting = CogServerSetting | ReplicateServerSetting | ComfyServerSetting;

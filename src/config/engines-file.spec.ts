@@ -59,6 +59,8 @@ describe('the routing file (ENGINES_FILE)', () => {
       name: 'vton',
       kind: 'cog',
       url: 'http://gpu-2:5000',
+      urls: ['http://gpu-2:5000'],
+      discover: undefined,
       concurrency: 1,
       timeoutMs: 180_000,
       headers: {},
@@ -93,6 +95,39 @@ describe('the routing file (ENGINES_FILE)', () => {
       generationType: undefined,
       inputs: { room: { node: '1', input: 'image' }, furniture: { node: '2', input: 'image' } },
       output: { node: '5' },
+    });
+  });
+
+  it("takes a pool of listed servers and a pool found by DNS, each server taking the engine's concurrency", () => {
+    const path = routingFile(`
+engines:
+  vton:
+    kind: cog
+    urls: [http://gpu-1:5000/, http://gpu-2:5000]
+    concurrency: 2
+  comfy:
+    kind: comfyui
+    url: http://comfy-gpu.default.svc:8188
+    discover: dns
+routes:
+  default:
+    engine: vton
+    inputs: { image: image }
+`);
+
+    const sut = new AppConfig({ ENGINES_FILE: path });
+
+    const servers = Object.fromEntries(sut.engineRouting.servers.map((server) => [server.name, server]));
+    expect(servers.vton).toMatchObject({
+      url: 'http://gpu-1:5000',
+      urls: ['http://gpu-1:5000', 'http://gpu-2:5000'],
+      discover: undefined,
+      concurrency: 2,
+    });
+    expect(servers.comfy).toMatchObject({
+      url: 'http://comfy-gpu.default.svc:8188',
+      urls: ['http://comfy-gpu.default.svc:8188'],
+      discover: 'dns',
     });
   });
 
@@ -134,7 +169,47 @@ routes:
       'engines.comfy.concurency: unknown key',
     ],
     ['an unknown kind', 'engines:\n  x:\n    kind: triton\n    url: http://h\n', 'engines.x.kind: must be one of cog'],
-    ['a missing url', 'engines:\n  x:\n    kind: cog\n', 'engines.x.url: is required'],
+    ['a missing url', 'engines:\n  x:\n    kind: cog\n', 'engines.x: needs url (one server) or urls (a pool)'],
+    [
+      'both url and urls',
+      'engines:\n  x:\n    kind: cog\n    url: http://a\n    urls: [http://b]\n',
+      'engines.x: give url (one server) or urls (a pool), not both',
+    ],
+    [
+      'a pool server with credentials in its URL',
+      'engines:\n  x:\n    kind: comfyui\n    urls: [http://a:8188, http://u:p@b:8188]\n',
+      'engines.x.urls[1]: must not hold credentials',
+    ],
+    [
+      'a pool server that is not http(s)',
+      'engines:\n  x:\n    kind: cog\n    urls: [http://a, ftp://b]\n',
+      'engines.x.urls[1]: must be an http(s) URL',
+    ],
+    [
+      'a pool server listed twice',
+      'engines:\n  x:\n    kind: cog\n    urls: [http://a:5000, http://a:5000/]\n',
+      'engines.x.urls[1]: http://a:5000 is listed twice',
+    ],
+    [
+      'an empty pool',
+      'engines:\n  x:\n    kind: cog\n    urls: []\n',
+      'engines.x.urls: must NOT have fewer than 1 items',
+    ],
+    [
+      'discovery without the name to resolve',
+      'engines:\n  x:\n    kind: cog\n    urls: [http://a]\n    discover: dns\n',
+      "engines.x.discover: needs url, whose host name resolves to the pool's servers",
+    ],
+    [
+      'a discovery other than dns',
+      'engines:\n  x:\n    kind: cog\n    url: http://a\n    discover: consul\n',
+      'engines.x.discover:',
+    ],
+    [
+      'a pool of hosted endpoints, which replicate is not',
+      'engines:\n  x:\n    kind: replicate\n    token: t\n    urls: [http://a, http://b]\n',
+      'engines.x.urls: unknown key',
+    ],
     [
       'a url that is not http(s)',
       'engines:\n  x:\n    kind: cog\n    url: ftp://h\n',
@@ -342,7 +417,7 @@ routes:
     );
 
     expect(problemsOf({ ENGINES_FILE: path })).toEqual([
-      `ENGINES_FILE ${path}: engines.vton.concurency: unknown key (allowed: kind, concurrency, timeout, headers, url)`,
+      `ENGINES_FILE ${path}: engines.vton.concurency: unknown key (allowed: kind, concurrency, timeout, headers, url, urls, discover)`,
       `ENGINES_FILE ${path}: routes.default.parms: unknown key (allowed: engine, describe, inputs, params)`,
       `ENGINES_FILE ${path}: routes.fabric.engine: there is no engine "vtonn" under engines (engines: vton)`,
     ]);

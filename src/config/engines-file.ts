@@ -51,7 +51,7 @@ const FILE = {
   patternProperties: { '^x-': {} },
 };
 
-type Json = Record<string, unknown>;
+export type Json = Record<string, unknown>;
 type Validator = ReturnType<typeof ajv.compile>;
 
 const ajv = new Ajv({ allErrors: true, verbose: true, strict: false });
@@ -77,6 +77,8 @@ export interface ServerCheckContext {
   at: string;
   /** An absolute http(s) URL without credentials (a problem at `at` otherwise), kept without its trailing slash. */
   url: (at: string, value: string) => string;
+  /** Reports a problem; its message starts with its key path. */
+  problem: (message: string) => void;
 }
 
 /** A kind's keys beside the common ones: those it requires, and the JSON Schema of each. */
@@ -223,7 +225,11 @@ class EnginesFileReader {
     };
     this.servers.set(
       name,
-      serverKind.build(server, common, { at, url: (where, value) => this.url(where, value, unset) }),
+      serverKind.build(server, common, {
+        at,
+        url: (where, value) => this.url(where, value, unset),
+        problem: (message) => this.problems.push(message),
+      }),
     );
   }
 

@@ -8,6 +8,7 @@ import { ComfyServer } from './comfyui/comfyui.server.js';
 import { type Engine, type EngineLimits, type EngineServer, PermanentEngineError } from './engine.js';
 import { ThreadedLocalEngine } from './local/threaded-local.engine.js';
 import { ReplicateServer } from './replicate/replicate.server.js';
+import { type PoolView, ServerPool } from './pool/server-pool.js';
 
 /** Largest file a remote engine may send back: the output limit's pixels at four bytes each. */
 const BYTES_PER_PIXEL = 4;
@@ -25,6 +26,18 @@ export interface ResolvedRoute {
   concurrency: number | undefined;
   /** One job's limit on this engine. */
   timeoutMs: number;
+  /** The engine's servers, for an engine with several (`urls`, `discover`): each takes `concurrency` jobs. */
+  pool: PoolView | undefined;
+}
+
+/** A remote server's state as the readiness probe and the metrics show it. */
+export interface ServerState {
+  kind: RemoteEngineKind;
+  up: boolean;
+  /** A pool's servers by address, each with whether it answered. */
+  servers?: Record<string, boolean>;
+  /** Jobs each of a pool's servers takes at once. */
+  concurrency: number;
 }
 
 /** A remote server as the worker sees it: its setting and what its kind's code made of it. */
@@ -62,6 +75,7 @@ export class EngineRegistry implements OnApplicationShutdown {
       engine: this.local,
       concurrency: undefined,
       timeoutMs: config.engineTimeoutMs,
+      pool: undefined,
     };
     this.limits = {
       maxOutputBytes: config.outputMaxPixels * BYTES_PER_PIXEL,
@@ -114,10 +128,13 @@ export class EngineRegistry implements OnApplicationShutdown {
     const servers = new Map<string, Server>();
     for (const setting of engineRouting.servers) {
       const kept = this.servers.get(setting.name);
-      servers.set(
-        setting.name,
-        kept && isDeepStrictEqual(kept.setting, setting) ? kept : { setting, served: serve(setting, this.limits) },
-      );
+      if (kept && isDeepStrictEqual(kept.setting, setting)) {
+        servers.set(setting.name, kept);
+        continue;
+      }
+      const served = serve(setting, this.limits);
+      if (served instanceof ServerPool && kept?.served instanceof ServerPool) served.inherit(kept.served);
+      servers.set(setting.name, { setting, served });
     }
     for (const [name, server] of this.servers) if (servers.get(name) !== server) this.retired.push(server);
     const routes = new Map<string, ResolvedRoute>();
@@ -129,18 +146,25 @@ export class EngineRegistry implements OnApplicationShutdown {
         engine: served.engineFor(route as never),
         concurrency: setting.concurrency,
         timeoutMs: setting.timeoutMs,
+        pool: served instanceof ServerPool ? served : undefined,
       });
     }
     this.servers = servers;
     this.routes = routes;
   }
 
-  /** Each remote server by name, with whether it answered within `timeoutMs`. */
-  async probe(timeoutMs: number): Promise<Record<string, { kind: RemoteEngineKind; up: boolean }>> {
+  /** Each remote server by name, with whether it answered within `timeoutMs` (a pool: one of its servers, and each). */
+  async probe(timeoutMs: number): Promise<Record<string, ServerState>> {
     const entries = await Promise.all(
-      [...this.servers.values()].map(async ({ setting, served }) => {
-        const up = await served.probe(AbortSignal.timeout(timeoutMs)).catch(() => false);
-        return [setting.name, { kind: setting.kind, up }] as const;
+      [...this.servers.values()].map(async ({ setting, served }): Promise<[string, ServerState]> => {
+        const signal = AbortSignal.timeout(timeoutMs);
+        const { kind, concurrency } = setting;
+        if (served instanceof ServerPool) {
+          const servers = await served.probeEach(signal);
+          return [setting.name, { kind, concurrency, up: Object.values(servers).some(Boolean), servers }];
+        }
+        const up = await served.probe(signal).catch(() => false);
+        return [setting.name, { kind, concurrency, up }];
       }),
     );
     return Object.fromEntries(entries);
@@ -156,12 +180,25 @@ export class EngineRegistry implements OnApplicationShutdown {
 function serve(setting: EngineServerSetting, limits: EngineLimits): EngineServer<RouteSetting> {
   switch (setting.kind) {
     case 'cog':
-      return new CogServer(setting, limits);
+      if (!isPool(setting)) return new CogServer(setting, limits);
+      return new ServerPool(
+        setting,
+        (url) => new CogServer({ ...setting, url, urls: [url], discover: undefined }, limits),
+      );
     case 'replicate':
       return new ReplicateServer(setting, limits);
     case 'comfyui':
-      return new ComfyServer(setting, limits);
+      if (!isPool(setting)) return new ComfyServer(setting, limits);
+      return new ServerPool(
+        setting,
+        (url) => new ComfyServer({ ...setting, url, urls: [url], discover: undefined }, limits),
+      );
   }
+}
+
+/** Several servers, or as many as DNS finds: one server alone is served as it always was. */
+function isPool(setting: { urls: readonly string[]; discover: 'dns' | undefined }): boolean {
+  return setting.discover !== undefined || setting.urls.length > 1;
 }
 
 /** The engine of a job whose tool or generation type was withdrawn before it ran: it ends the job, saying so. */

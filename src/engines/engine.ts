@@ -50,7 +50,8 @@ export interface EngineRequest {
  * a take after a free waits for a turn again (a run the server lost after it said it was done, queued again).
  */
 export interface EngineSlot {
-  take(): Promise<void>;
+  /** Resolves with the server the slot is on: the engine's name, or one address of its pool. */
+  take(): Promise<string | undefined>;
   free(): Promise<void>;
 }
 

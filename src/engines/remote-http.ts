@@ -24,6 +24,17 @@ const RETRY_BASE_DELAY_MS = 250;
 const MAX_REDIRECTS = 5;
 const REDIRECT_STATUSES: ReadonlySet<number> = new Set([301, 302, 303, 307, 308]);
 
+/**
+ * The server itself failed (unreachable, reset, or 5xx), not the request: a pool takes it out of the rotation. A busy
+ * server (409, 429) is not one.
+ */
+export class ServerUnavailable extends TransientEngineError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'ServerUnavailable';
+  }
+}
+
 export interface RemoteHttpOptions {
   /** The server's base URL; paths are resolved under it. */
   baseUrl: string;
@@ -246,7 +257,7 @@ export class RemoteHttp {
       if (timeout.aborted) {
         throw new EngineTimeoutError(`${label} timed out after ${this.options.requestTimeoutMs} ms`, { cause: error });
       }
-      throw new TransientEngineError(`${label} failed: ${networkErrorCode(error)}`, { cause: error });
+      throw new ServerUnavailable(`${label} failed: ${networkErrorCode(error)}`, { cause: error });
     }
   }
 }
@@ -291,7 +302,8 @@ function publicGet(url: URL, init: RequestInit): Promise<Response> {
 /** An HTTP status other than 2xx: the server is busy or down (try again), or refuses the request (the job fails). */
 export function httpError(status: number, what: string, detail: string): Error {
   const message = `${what} answered HTTP ${status}${detail ? `: ${detail}` : ''}`;
-  if (status === 408 || status === 409 || status === 429 || status >= 500) return new TransientEngineError(message);
+  if (status >= 500) return new ServerUnavailable(message);
+  if (status === 408 || status === 409 || status === 429) return new TransientEngineError(message);
   return engineFailed(message);
 }
 

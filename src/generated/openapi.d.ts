@@ -1240,8 +1240,21 @@ export interface components {
                 [key: string]: {
                     /** @enum {string} */
                     kind: "cog" | "replicate" | "comfyui";
-                    /** @enum {string} */
+                    /**
+                     * @description For a pool, `up` when one of its servers answered.
+                     * @enum {string}
+                     */
                     status: "up" | "down";
+                    /**
+                     * @description A pool's servers (`urls`, or the addresses `discover: dns` found), each by its address, with
+                     *     whether it answered just now.
+                     */
+                    servers?: {
+                        [key: string]: {
+                            /** @enum {string} */
+                            status: "up" | "down";
+                        };
+                    };
                 };
             };
             /**
@@ -2463,7 +2476,15 @@ export interface operations {
                      *       "engines": {
                      *         "comfy": {
                      *           "kind": "comfyui",
-                     *           "status": "up"
+                     *           "status": "up",
+                     *           "servers": {
+                     *             "http://10.0.3.7:8188": {
+                     *               "status": "up"
+                     *             },
+                     *             "http://10.0.3.9:8188": {
+                     *               "status": "down"
+                     *             }
+                     *           }
                      *         },
                      *         "replicate": {
                      *           "kind": "replicate",

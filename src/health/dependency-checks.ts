@@ -1,8 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { type HealthCheckAttempt, HealthIndicatorService, TypeOrmHealthIndicator } from '@nestjs/terminus';
 import type { Redis } from 'ioredis';
-import type { RemoteEngineKind } from '../config/engine-settings.js';
-import { EngineRegistry } from '../engines/index.js';
+import { EngineRegistry, type ServerState } from '../engines/index.js';
 import { REDIS } from '../redis/redis.module.js';
 
 /** Long enough for a loaded server, short enough for an orchestrator's probe and a scrape to get their answer. */
@@ -31,8 +30,8 @@ export class DependencyChecks {
       .withTimeout(CHECK_TIMEOUT_MS);
   }
 
-  /** Each remote model server by name, with whether it answered. */
-  engineServers(): Promise<Record<string, { kind: RemoteEngineKind; up: boolean }>> {
+  /** Each remote model server by name, with whether it answered (a pool: one of its servers, and each). */
+  engineServers(): Promise<Record<string, ServerState>> {
     return this.engines.probe(CHECK_TIMEOUT_MS);
   }
 }

@@ -38,8 +38,16 @@ export class HealthController {
     const report = shuttingDown ? { ...dependencies, status: 'shutting_down' } : dependencies;
     if (Object.keys(engines).length === 0) return report;
     // Listed apart from terminus's indicators: a model server that is down must not take the API out of rotation.
-    const listed: Record<string, { kind: string; status: 'up' | 'down' }> = {};
-    for (const [name, { kind, up }] of Object.entries(engines)) listed[name] = { kind, status: up ? 'up' : 'down' };
+    const listed: Record<string, { kind: string; status: Status; servers?: Record<string, { status: Status }> }> = {};
+    for (const [name, { kind, up, servers }] of Object.entries(engines)) {
+      listed[name] = { kind, status: status(up) };
+      // A pool's servers, each by its address: one that is down is the operator's to see while the others work on.
+      if (servers) {
+        listed[name].servers = Object.fromEntries(
+          Object.entries(servers).map(([server, serverUp]) => [server, { status: status(serverUp) }]),
+        );
+      }
+    }
     return { ...report, engines: listed };
   }
 
@@ -50,4 +58,10 @@ export class HealthController {
       return error.getResponse();
     });
   }
+}
+
+type Status = 'up' | 'down';
+
+function status(up: boolean): Status {
+  return up ? 'up' : 'down';
 }

@@ -351,6 +351,36 @@ export class EngineSlotQueue implements OnApplicationShutdown {
   }
 
   /**
+   * The engine's pool changed (a server left or came back to the rotation, DNS found or lost one): the next hand-outs
+   * here go by it, and whoever waits here is handed what it frees at once.
+   */
+  update(engine: string, servers: readonly SlotServer[]): void {
+    const state = this.stateOf(engine);
+    state.servers = JSON.stringify(servers.map((server) => [server.name, server.capacity, server.healthy]));
+    if (state.waiters.size > 0) this.sweep(engine);
+  }
+
+  /** Jobs of this process that wait for a slot of the engine. */
+  waiting(engine: string): number {
+    return this.engines.get(engine)?.waiters.size ?? 0;
+  }
+
+  /** Slots held on each server of the engine, across every worker, by Redis's holders (lapsed ones not counted). */
+  async busy(engine: string): Promise<Record<string, number>> {
+    const [holders] = this.keysOf(engine);
+    const [seconds, micros] = await this.redis.time();
+    const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    const busy: Record<string, number> = {};
+    for (const value of Object.values(await this.redis.hgetall(holders))) {
+      const bar = value.indexOf('|');
+      if (Number(value.slice(0, bar)) <= now) continue;
+      const server = value.slice(bar + 1);
+      busy[server] = (busy[server] ?? 0) + 1;
+    }
+    return busy;
+  }
+
+  /**
    * Takes these jobs' slots and places in the queue away, on `engine` or on every engine: for a job whose run was
    * stopped between attempts, and for a removed user's jobs. Returns how many there were.
    */

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { inSpan, outsideTraces } from '../common/tracing.js';
-import type { EngineSlot } from '../engines/index.js';
+import type { EngineSlot, PoolView } from '../engines/index.js';
 import { EngineSlotQueue, type HeldSlot } from '../jobs/engine-slot-queue.js';
 
 /**
@@ -16,14 +16,21 @@ export class EngineSlots {
    * it and that leave it held for the job's next attempt (its lease no longer renewed here); rejects with the signal's
    * reason if it fires first.
    */
-  acquire(engine: string, concurrency: number, jobId: string, signal: AbortSignal): Promise<HeldSlot> {
+  acquire(
+    engine: string,
+    concurrency: number,
+    pool: PoolView | undefined,
+    jobId: string,
+    signal: AbortSignal,
+  ): Promise<HeldSlot> {
+    // One server named after the engine, or the pool's servers as they are now; while the job waits, a server that
+    // comes back or is found is handed to the waiters at once.
+    const servers = () => pool?.servers() ?? [{ name: engine, capacity: concurrency, healthy: true }];
+    const stopFollowing = pool?.onChange(() => this.queue.update(engine, servers()));
     // One span for the wait, however long it is, without the queue's Redis calls under it: the wait is what counts.
-    // The engine is one server today.
     return inSpan('wait for engine slot', { attributes: { 'igs.engine.name': engine } }, () =>
-      outsideTraces(() =>
-        this.queue.acquire(engine, [{ name: engine, capacity: concurrency, healthy: true }], jobId, signal),
-      ),
-    );
+      outsideTraces(() => this.queue.acquire(engine, servers(), jobId, signal)),
+    ).finally(stopFollowing);
   }
 
   /**
@@ -35,7 +42,7 @@ export class EngineSlots {
    * read or an upload that never ends times out like the model.
    */
   turn(
-    engine: { engineName: string; concurrency: number | undefined; timeoutMs: number },
+    engine: { engineName: string; concurrency: number | undefined; timeoutMs: number; pool?: PoolView },
     jobId: string,
     stopped: AbortSignal,
   ): { slot: EngineSlot | undefined; deadline: AbortSignal; end: () => Promise<void>; handOver: () => void } {
@@ -81,16 +88,15 @@ export class EngineSlots {
             // A take after a free waits for a slot again: a ComfyUI prompt the server lost after it said it was done
             // is queued again, and runs on the GPU like any other.
             take: async () => {
-              if (ended) return;
-              if (taking) {
-                await taking;
-                return;
-              }
+              if (ended) return undefined;
+              if (taking) return (await taking).server;
               stopClock();
-              const acquiring = released.then(() => this.acquire(engine.engineName, concurrency, jobId, stopped));
+              const acquiring = released.then(() =>
+                this.acquire(engine.engineName, concurrency, engine.pool, jobId, stopped),
+              );
               taking = acquiring;
               try {
-                await acquiring;
+                return (await acquiring).server;
               } catch (error) {
                 if (taking === acquiring) taking = undefined;
                 throw error;

@@ -56,6 +56,8 @@ describe('CogServer against a fake Cog model', () => {
     name: 'vton',
     kind: 'cog',
     url: fake.url,
+    urls: [fake.url],
+    discover: undefined,
     concurrency: 1,
     timeoutMs: 5000,
     headers: { Authorization: 'Bearer secret' },

@@ -55,6 +55,8 @@ function serverFor(url: string): ComfyServer {
     kind: 'comfyui',
     name: 'comfy',
     url,
+    urls: [url],
+    discover: undefined,
     concurrency: 1,
     timeoutMs: 60_000,
     headers: { 'X-Comfy-Token': 'secret' },

@@ -111,6 +111,12 @@ export interface FakeCogOptions {
   schema?: FakeCogSchema;
   /** Predictions at once (`@cog.concurrent(max=N)`); default 1, as Cog. */
   concurrency?: number;
+  /**
+   * Where it listens: default 127.0.0.1 on a free port. Another loopback address (127.0.0.2) on one port for every
+   * fake stands for the servers one DNS name resolves to.
+   */
+  host?: string;
+  port?: number;
 }
 
 export interface FakeCog {
@@ -523,12 +529,13 @@ export async function startFakeCog(
   const server: Server = createServer((request, response) => {
     handle(request, response).catch(() => response.destroy());
   });
-  server.listen(0, '127.0.0.1');
+  const host = options.host ?? '127.0.0.1';
+  server.listen(options.port ?? 0, host);
   await once(server, 'listening');
   const { port } = server.address() as AddressInfo;
 
   const fake: FakeCog = {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://${host}:${port}`,
     concurrency,
     requests,
     calls,

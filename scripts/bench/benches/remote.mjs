@@ -161,7 +161,7 @@ export async function run() {
 }
 
 /** Jobs that ended in the window, by status, from the items' own completion times. */
-async function countEnded(databaseUrl, from, to) {
+export async function countEnded(databaseUrl, from, to) {
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   try {

@@ -1,13 +1,14 @@
+import { POOL_PROPERTIES, poolSetting } from '../pool/pool.settings.js';
 import type { EngineKind } from '../../config/engines-file.js';
 import type { CogServerSetting, CogRoute, InputNames } from '../../config/engine-settings.js';
 import { checkModelRoute, MODEL_INPUTS } from '../model-routes.js';
 
-/** A Cog server (its URL), and a route to its model: the tool's inputs by the model's input names, and fixed params. */
+/** A Cog server (its URL, or a pool of them), and a route to its model: the tool's inputs by the model's input names, and fixed params. */
 export const COG_SETTINGS: EngineKind<CogServerSetting, CogRoute> = {
   server: {
-    required: ['url'],
-    properties: { url: { type: 'string' } },
-    build: (raw, common, { at, url }) => ({ ...common, kind: 'cog', url: url(`${at}.url`, raw.url as string) }),
+    required: [],
+    properties: POOL_PROPERTIES,
+    build: (raw, common, context) => ({ ...common, kind: 'cog', ...poolSetting(raw, context) }),
   },
   route: {
     required: ['inputs'],

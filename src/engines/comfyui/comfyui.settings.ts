@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { RouteCheckContext, EngineKind } from '../../config/engines-file.js';
+import { POOL_PROPERTIES, poolSetting } from '../pool/pool.settings.js';
 import type { ComfyNodeInput, ComfyRoute, ComfyServerSetting, ComfyWorkflow } from '../../config/engine-settings.js';
 
 /** ComfyUI's core node classes that load an uploaded image by file name into `inputs.image`. */
@@ -15,14 +16,14 @@ const NODE_INPUT = {
 type NodeMapping = { node: string | number; input?: string };
 
 /**
- * A ComfyUI server (its URL), and a route to a workflow on it: the workflow file (relative to the routing file), the node input each tool input
+ * A ComfyUI server (its URL, or a pool of them), and a route to a workflow on it: the workflow file (relative to the routing file), the node input each tool input
  * sets, the output node and the seed's node input, each checked against the workflow.
  */
 export const COMFYUI_SETTINGS: EngineKind<ComfyServerSetting, ComfyRoute> = {
   server: {
-    required: ['url'],
-    properties: { url: { type: 'string' } },
-    build: (raw, common, { at, url }) => ({ ...common, kind: 'comfyui', url: url(`${at}.url`, raw.url as string) }),
+    required: [],
+    properties: POOL_PROPERTIES,
+    build: (raw, common, context) => ({ ...common, kind: 'comfyui', ...poolSetting(raw, context) }),
   },
   route: {
     required: ['workflow', 'inputs', 'output'],
