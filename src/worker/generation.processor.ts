@@ -17,6 +17,7 @@ import { Metrics } from '../metrics/metrics.js';
 import { type Delivery, JobQueue } from '../queue/job-queue.js';
 import {
   EngineRegistry,
+  type EngineSlot,
   EngineTimeoutError,
   PermanentEngineError,
   plainImage,
@@ -139,10 +140,11 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
     // Started once it has its engine's slot: until then it waits in its engine's line like a job still queued.
     let started: Promise<void> | undefined;
     const start = () => (started ??= this.lifecycle.start(item));
-    const slot = turn.slot && {
+    const slot: EngineSlot | undefined = turn.slot && {
       take: async () => {
-        await turn.slot!.take();
+        const server = await turn.slot!.take();
         await start();
+        return server;
       },
       free: () => turn.slot!.free(),
     };
