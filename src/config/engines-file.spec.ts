@@ -189,7 +189,7 @@ routes:
     [
       'an unknown key of a route',
       'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: img }\n    workflow: x.json\n',
-      'routes.default.workflow: unknown key (allowed: engine, describe, inputs, params)',
+      'routes.default.workflow: unknown key (allowed: engine, describe, inputs, params, seed, num_outputs, max_outputs, repeat)',
     ],
     [
       'an input the tool does not have',
@@ -343,7 +343,7 @@ routes:
 
     expect(problemsOf({ ENGINES_FILE: path })).toEqual([
       `ENGINES_FILE ${path}: engines.vton.concurency: unknown key (allowed: kind, concurrency, timeout, headers, url)`,
-      `ENGINES_FILE ${path}: routes.default.parms: unknown key (allowed: engine, describe, inputs, params)`,
+      `ENGINES_FILE ${path}: routes.default.parms: unknown key (allowed: engine, describe, inputs, params, seed, num_outputs, max_outputs, repeat)`,
       `ENGINES_FILE ${path}: routes.fabric.engine: there is no engine "vtonn" under engines (engines: vton)`,
     ]);
   });

@@ -10,6 +10,7 @@ import { RetentionIndex1795320000000 } from './migrations/1795320000000-Retentio
 import { AdminKeysAndUserLimits1795330000000 } from './migrations/1795330000000-AdminKeysAndUserLimits.js';
 import { ConcurrencyLimits1795345000000 } from './migrations/1795345000000-ConcurrencyLimits.js';
 import { Files1795350000000 } from './migrations/1795350000000-Files.js';
+import { SeedsAndOutputs1795360000000 } from './migrations/1795360000000-SeedsAndOutputs.js';
 
 export const MIGRATIONS = [
   Initial1795292142970,
@@ -20,6 +21,7 @@ export const MIGRATIONS = [
   AdminKeysAndUserLimits1795330000000,
   ConcurrencyLimits1795345000000,
   Files1795350000000,
+  SeedsAndOutputs1795360000000,
 ];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */

@@ -1,7 +1,13 @@
 import { isDeepStrictEqual } from 'node:util';
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { AppConfig } from '../config/config.js';
-import type { EngineServerSetting, RemoteEngineKind, RouteSetting } from '../config/engine-settings.js';
+import {
+  type EngineServerSetting,
+  type RemoteEngineKind,
+  type RouteSetting,
+  type RouteVariants,
+  variantsOf,
+} from '../config/engine-settings.js';
 import { LiveRouting, type RoutingInUse } from '../config/live-routing.js';
 import { CogServer } from './cog/cog.server.js';
 import { ComfyServer } from './comfyui/comfyui.server.js';
@@ -25,6 +31,8 @@ export interface ResolvedRoute {
   concurrency: number | undefined;
   /** One job's limit on this engine. */
   timeoutMs: number;
+  /** What its model takes of a job's seed and number of results. */
+  variants: RouteVariants;
 }
 
 /** A remote server as the worker sees it: its setting and what its kind's code made of it. */
@@ -62,6 +70,7 @@ export class EngineRegistry implements OnApplicationShutdown {
       engine: this.local,
       concurrency: undefined,
       timeoutMs: config.engineTimeoutMs,
+      variants: variantsOf(undefined),
     };
     this.limits = {
       maxOutputBytes: config.outputMaxPixels * BYTES_PER_PIXEL,
@@ -129,6 +138,7 @@ export class EngineRegistry implements OnApplicationShutdown {
         engine: served.engineFor(route as never),
         concurrency: setting.concurrency,
         timeoutMs: setting.timeoutMs,
+        variants: variantsOf(route),
       });
     }
     this.servers = servers;

@@ -4,7 +4,7 @@
  * is the other entry point's, `in-process.ts`, which the service never imports.
  */
 export * from './engine.js';
-export { EngineRegistry } from './engine-registry.js';
+export { EngineRegistry, type ResolvedRoute } from './engine-registry.js';
 export { EnginesModule } from './engines.module.js';
 export { REQUEST_ATTEMPTS } from './remote-http.js';
 /** Each kind's server, as the registry builds it from the routing file (and the kinds' integration tests do). */

@@ -43,6 +43,8 @@ describe('GenerationService', () => {
       images: { image: { path: photo, format: 'jpeg', width: 640, height: 960, bytes: 8 } },
       texts: {},
       webhookUrl: null,
+      seed: undefined,
+      numOutputs: 1,
     };
     uploads.parse = () => Promise.resolve(upload);
     const databaseDown = new ServiceUnavailableError('database');

@@ -122,6 +122,8 @@ export class GenerationService {
       generationType: upload.generationType,
       inputs: stored,
       webhookUrl: upload.webhookUrl,
+      seed: upload.seed ?? null,
+      numOutputs: upload.numOutputs,
     };
     if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, maxPending))) {
       throw new DomainError(
@@ -145,7 +147,16 @@ function fingerprintOf(upload: ValidUpload): string {
   const texts = Object.entries(upload.texts).sort(([a], [b]) => a.localeCompare(b));
   return createHash('sha256')
     .update(
-      JSON.stringify({ tool: upload.tool.id, type: upload.generationType, images, texts, webhook: upload.webhookUrl }),
+      JSON.stringify({
+        tool: upload.tool.id,
+        type: upload.generationType,
+        images,
+        texts,
+        webhook: upload.webhookUrl,
+        // Left out when not asked for, so that keys claimed before these fields existed still match.
+        seed: upload.seed,
+        outputs: upload.numOutputs > 1 ? upload.numOutputs : undefined,
+      }),
     )
     .digest('hex');
 }

@@ -1,5 +1,6 @@
 import type { Catalog, CatalogGenerationType, CatalogTool } from '../catalog/catalog.js';
 import { DomainError, type FieldError } from '../common/problem.js';
+import { type EngineRouting, MAX_OUTPUTS, routeOf, variantsOf } from '../config/engine-settings.js';
 
 /** A job form as it came: its text parts by name and value, and the names of its file parts, in the order sent. */
 export interface FormParts {
@@ -15,10 +16,17 @@ export interface ToolForm {
   images: string[];
   texts: Record<string, string>;
   webhookUrl: string | undefined;
+  /** The seed asked for (0..2^32-1); undefined: drawn, when the route takes one. */
+  seed: number | undefined;
+  /** How many results the job makes (1..4). */
+  numOutputs: number;
 }
 
 /** The form's own fields, beside the tool's inputs: always text. */
-const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url'];
+const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url', 'seed', 'num_outputs'];
+
+/** The largest seed a job takes: models' seeds are 32-bit at the least. */
+export const MAX_SEED = 2 ** 32 - 1;
 
 /**
  * Refuses a form sent as anything but multipart with its boundary (a job may also come as JSON, read elsewhere). An
@@ -93,7 +101,15 @@ export function checkToolForm({ texts, files }: FormParts, catalog: Catalog): To
   checkAccepted(`is not a field of the generation type "${type.id}"`);
 
   const { images, texts: inputTexts } = checkTypeInputs(type, { texts: textFields, files: fileFields });
-  return { tool, generationType: type.id, images, texts: inputTexts, webhookUrl: textFields.get('webhook_url') };
+  return {
+    tool,
+    generationType: type.id,
+    images,
+    texts: inputTexts,
+    webhookUrl: textFields.get('webhook_url'),
+    seed: integerField(textFields, 'seed', 0, MAX_SEED),
+    numOutputs: integerField(textFields, 'num_outputs', 1, MAX_OUTPUTS) ?? 1,
+  };
 }
 
 /**
@@ -159,6 +175,44 @@ export function generationTypeOf(tool: CatalogTool, generationType: string | und
     );
   }
   return type;
+}
+
+/**
+ * 422 `unsupported_option` for a seed or a number of results the job's route (in the routing in use now) cannot take:
+ * checked at creation, so that a job is refused before its images are stored or fetched.
+ */
+export function checkVariants(form: ToolForm, routing: EngineRouting): void {
+  const variants = variantsOf(routeOf(routing, form.tool.id, form.generationType));
+  if (form.seed !== undefined && !variants.seed) {
+    throw unsupportedOption('seed', `The model of "${form.tool.id}" takes no seed; leave "seed" out.`);
+  }
+  if (form.numOutputs > variants.maxOutputs) {
+    throw unsupportedOption(
+      'num_outputs',
+      `The model of "${form.tool.id}" makes at most ${variants.maxOutputs} result${variants.maxOutputs > 1 ? 's' : ''} a job.`,
+    );
+  }
+}
+
+function unsupportedOption(field: string, message: string): DomainError {
+  return new DomainError('unsupported_option', message, { errors: [{ field, message: 'not supported by the model' }] });
+}
+
+/** A form field holding a whole number from `least` to `most`, or 400 `validation_failed` naming it; undefined when absent. */
+function integerField(
+  fields: ReadonlyMap<string, string>,
+  field: string,
+  least: number,
+  most: number,
+): number | undefined {
+  const text = fields.get(field);
+  if (text === undefined) return undefined;
+  const value = /^\d{1,10}$/.test(text) ? Number(text) : NaN;
+  if (!(value >= least && value <= most)) {
+    const message = `must be a whole number from ${least} to ${most}`;
+    throw new DomainError('validation_failed', `The field "${field}" ${message}.`, { errors: [{ field, message }] });
+  }
+  return value;
 }
 
 export function unexpectedField(field: string, why: string): DomainError {

@@ -11,6 +11,8 @@ const JSON_FIELDS: Record<string, (value: unknown) => string[] | undefined> = {
   tool: oneString,
   generation_type: oneString,
   webhook_url: oneString,
+  seed: oneInteger,
+  num_outputs: oneInteger,
 };
 
 /** What a JSON job names for each image input: a URL to fetch or a stored file of the user's. */
@@ -37,7 +39,7 @@ export function jsonJobParts(body: unknown): { parts: FormParts; imageValues: Ma
     const read = JSON_FIELDS[name];
     if (!read) throw unexpectedField(name, 'is not a field of a JSON job');
     const values = read(value);
-    if (!values) throw invalidType(name, 'must be a string');
+    if (!values) throw invalidType(name, read === oneInteger ? 'must be a whole number' : 'must be a string');
     for (const text of values) texts.push([name, text]);
   }
   if (inputs === undefined) throw invalidType('inputs', "required: the tool's inputs by name");
@@ -73,6 +75,11 @@ export function imageSourceOf(field: string, value: string): ImageSource {
 
 function oneString(value: unknown): string[] | undefined {
   return typeof value === 'string' ? [value] : undefined;
+}
+
+/** A JSON integer as the form's text; its range is the form's to check. */
+function oneInteger(value: unknown): string[] | undefined {
+  return Number.isSafeInteger(value) ? [String(value)] : undefined;
 }
 
 function invalidType(field: string, message: string): DomainError {

@@ -4,7 +4,7 @@ import { DomainError } from '../common/problem.js';
 import { LiveRouting } from '../config/live-routing.js';
 import { StoredFiles } from '../files/stored-files.js';
 import { imageSourceOf, jsonJobParts } from './job-json.js';
-import { checkToolForm } from './job-form.js';
+import { checkToolForm, checkVariants } from './job-form.js';
 import { type UploadedImage, UploadParser, type ValidUpload } from './upload.js';
 import { UrlInputs } from './url-inputs.js';
 
@@ -26,6 +26,7 @@ export class JsonJobs {
   async read(userId: string, body: unknown, options: { hash: boolean }): Promise<ValidUpload> {
     const { parts, imageValues } = jsonJobParts(body);
     const form = checkToolForm(parts, this.routing.current.catalog);
+    checkVariants(form, this.routing.current.engineRouting);
     const webhookUrl = this.uploads.webhookUrlOf(form.webhookUrl);
     const sources = form.images.map((name) => [name, imageSourceOf(name, imageValues.get(name)!)] as const);
     // All at once: a job's inputs are usually on the same server, and the slowest sets the pace. The first to fail
@@ -54,7 +55,8 @@ export class JsonJobs {
     sources.forEach(
       ([name], index) => (images[name] = (results[index] as PromiseFulfilledResult<UploadedImage>).value),
     );
-    return { tool: form.tool, generationType: form.generationType, images, texts: form.texts, webhookUrl };
+    const { tool, generationType, texts, seed, numOutputs } = form;
+    return { tool, generationType, images, texts, webhookUrl, seed, numOutputs };
   }
 
   private async fetched(

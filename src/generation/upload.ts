@@ -9,7 +9,7 @@ import { webhookUrlProblem } from '../common/network-policy.js';
 import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { LiveRouting } from '../config/live-routing.js';
-import { checkFormContentType, checkToolForm, unexpectedField } from './job-form.js';
+import { checkFormContentType, checkToolForm, checkVariants, unexpectedField } from './job-form.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
 export interface UploadedImage {
@@ -36,6 +36,9 @@ export interface ValidUpload {
   texts: Record<string, string>;
   /** Where the final state is to be POSTed, if the client asked for a webhook. */
   webhookUrl: string | null;
+  /** The seed asked for; undefined: drawn, when the route takes one. */
+  seed: number | undefined;
+  numOutputs: number;
 }
 
 const FIELD_NAME_MAX_BYTES = 100;
@@ -117,7 +120,8 @@ export class UploadParser {
       },
       this.routing.current.catalog,
     );
-    const { tool, generationType, texts } = form;
+    checkVariants(form, this.routing.current.engineRouting);
+    const { tool, generationType, texts, seed, numOutputs } = form;
     const webhookUrl = this.webhookUrlOf(form.webhookUrl);
 
     const images: Record<string, UploadedImage> = {};
@@ -125,7 +129,7 @@ export class UploadParser {
       const file = files.find((candidate) => candidate.fieldname === name) as ProbedFile;
       images[name] = await this.inspectImage(name, file);
     }
-    return { tool, generationType, images, texts, webhookUrl };
+    return { tool, generationType, images, texts, webhookUrl, seed, numOutputs };
   }
 
   /** The job's webhook URL as it is kept, or null for none; a URL the webhooks' rules refuse is a 422. */

@@ -22,6 +22,7 @@ function row(status: HistoryItemRow['status']): HistoryItemRow {
     webhookAttempts: 0,
     webhookLastAttemptAt: null,
     webhookLastStatus: null,
+    outputSeeds: status === 'complete' ? [7] : null,
   };
 }
 

@@ -32,6 +32,8 @@ export function inputKeysOf(inputs: Record<string, StoredInput>): string[] {
 @Check('history_items_status_check', `"status" IN ('pending', 'complete', 'error')`)
 @Check('history_items_error_check', `("status" = 'error') = ("error_code" IS NOT NULL)`)
 @Check('history_items_webhook_check', `("webhook_url" IS NULL) = ("webhook_state" IS NULL)`)
+@Check('history_items_seed_check', `"seed" BETWEEN 0 AND 4294967295`)
+@Check('history_items_num_outputs_check', `"num_outputs" BETWEEN 1 AND 4`)
 @Index('history_items_user_created', ['userId', 'createdAt', 'id'])
 @Index('history_items_user_status_created', ['userId', 'status', 'createdAt', 'id'])
 @Index('history_items_user_type_created', ['userId', 'generationType', 'createdAt', 'id'])
@@ -97,4 +99,16 @@ export class HistoryItem {
 
   @Column({ name: 'webhook_last_status', type: 'int', nullable: true })
   webhookLastStatus: number | null;
+
+  /** The seed asked for at creation; null: drawn from the id when the route takes one. Read as a number. */
+  @Column({ type: 'bigint', nullable: true })
+  seed: number | null;
+
+  /** How many results the job makes (`num_outputs`). */
+  @Column({ name: 'num_outputs', type: 'smallint', default: 1 })
+  numOutputs: number;
+
+  /** Each result's seed (null where the model takes none), one per result: null until complete. */
+  @Column({ name: 'output_seeds', type: 'jsonb', nullable: true })
+  outputSeeds: (number | null)[] | null;
 }

@@ -32,6 +32,8 @@ function newItem(): NewHistoryItem {
     inputs: INPUTS,
     texts: {},
     webhookUrl: null,
+    seed: null,
+    numOutputs: 1,
   };
 }
 

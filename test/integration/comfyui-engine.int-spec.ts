@@ -9,10 +9,11 @@ import {
   RunHandedOver,
   TransientEngineError,
   WorkerShutdown,
-  type EngineImage,
+  type EngineResult,
   type EngineRequest,
 } from '../../src/engines/index.js';
 import { ComfyServer } from '../../src/engines/index.js';
+import { onlyImage } from '../support/pixels.js';
 import type { AppConfig } from '../../src/config/config.js';
 import { EngineSlotQueue } from '../../src/jobs/engine-slot-queue.js';
 import { FAIL_FAST_OPTIONS, ServiceRedis } from '../../src/redis/redis.js';
@@ -80,7 +81,8 @@ async function request(extra: Partial<EngineRequest> = {}): Promise<EngineReques
   };
 }
 
-async function decoded(image: EngineImage): Promise<Metadata> {
+async function decoded(result: EngineResult): Promise<Metadata> {
+  const image = onlyImage(result);
   if (image.kind !== 'encoded') throw new Error(`expected an encoded image, got ${image.kind}`);
   return sharp(image.data).metadata();
 }
@@ -469,7 +471,7 @@ describe("ComfyUI engine in its engine's slots (EngineSlots on real Redis)", () 
       run(await request({ signal: new AbortController().signal })),
     ]).finally(() => queue.onApplicationShutdown());
 
-    expect(results.map((result) => result.kind)).toEqual(['encoded', 'encoded']);
+    expect(results.map((result) => onlyImage(result).kind)).toEqual(['encoded', 'encoded']);
     expect(fake.prompts.map(({ state }) => state)).toEqual(['lost', 'success', 'success']);
     // The lost prompt's job queued it again after the other job's prompt had ended, never beside it.
     expect(fake.maxInFlight).toBe(1);

@@ -63,7 +63,17 @@ describe('JobLifecycle on a real PostgreSQL, Redis and storage', () => {
     await inputs.put(key, Buffer.from(`the photo of ${id}`));
     const input = { key, format: 'jpeg' as const, width: 64, height: 64, bytes: 10 };
     const accepted = await sut.accept(
-      { id, userId, tool: 'default', generationType: 'default', inputs: { image: input }, texts: {}, webhookUrl: null },
+      {
+        id,
+        userId,
+        tool: 'default',
+        generationType: 'default',
+        inputs: { image: input },
+        texts: {},
+        webhookUrl: null,
+        seed: null,
+        numOutputs: 1,
+      },
       1000,
     );
     if (!accepted) throw new Error('the item was refused');

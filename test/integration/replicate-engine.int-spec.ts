@@ -6,10 +6,11 @@ import type { ReplicateRoute, ReplicateServerSetting } from '../../src/config/en
 import {
   PermanentEngineError,
   TransientEngineError,
-  type EngineImage,
+  type EngineResult,
   type EngineRequest,
 } from '../../src/engines/index.js';
 import { ReplicateServer } from '../../src/engines/index.js';
+import { onlyImage } from '../support/pixels.js';
 import {
   FLUX_KONTEXT_PRO,
   REAL_ESRGAN,
@@ -104,7 +105,8 @@ async function largeImage(): Promise<Buffer> {
     .toBuffer();
 }
 
-function bytesOf(image: EngineImage): Buffer {
+function bytesOf(result: EngineResult): Buffer {
+  const image = onlyImage(result);
   if (image.kind !== 'encoded') throw new Error(`expected the encoded image Replicate made, got ${image.kind}`);
   return image.data;
 }

@@ -55,7 +55,17 @@ describe.each(['local', 's3'] as const)('the media store with STORAGE=%s', (stor
     await inputs.put(key, Buffer.from('a photo'));
     const input = { key, format: 'jpeg' as const, width: 64, height: 64, bytes: 7 };
     await lifecycle.accept(
-      { id, userId, tool: 'default', generationType: 'default', inputs: { image: input }, texts: {}, webhookUrl: null },
+      {
+        id,
+        userId,
+        tool: 'default',
+        generationType: 'default',
+        inputs: { image: input },
+        texts: {},
+        webhookUrl: null,
+        seed: null,
+        numOutputs: 1,
+      },
       1000,
     );
     return id;

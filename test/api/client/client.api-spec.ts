@@ -342,6 +342,7 @@ describe('the typed client following the progress of a job', () => {
     progress,
     expires_at: null,
     media_urls_expire_at: null,
+    outputs: null,
     webhook: null,
   });
   const complete: HistoryItem = {
