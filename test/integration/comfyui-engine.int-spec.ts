@@ -141,6 +141,30 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     expect(seeds[2]).not.toBe(seeds[0]);
   });
 
+  it("sets the job's seed as sent, and the batch size, and returns every image of the output node's batch", async () => {
+    // txt2img: the latent comes from an EmptyLatentImage whose batch_size the route sets.
+    const workflow = structuredClone(WORKFLOW) as Record<string, ComfyWorkflow[string]>;
+    workflow['3'] = { class_type: 'EmptyLatentImage', inputs: { width: 64, height: 64, batch_size: 1 } };
+    delete workflow['2'];
+    const sut = server.engineFor({
+      ...route(workflow),
+      inputs: { prompt: { node: '4', input: 'text' } },
+      outputs: { batch: { node: '3', input: 'batch_size' } },
+    });
+
+    const result = (await sut.generate(await request({ images: {}, seed: 1234, outputs: 3 }))) as {
+      kind: string;
+      data: Buffer;
+    }[];
+
+    const [queued] = fake.prompts;
+    expect(queued.prompt['6'].inputs.seed).toBe(1234);
+    expect(queued.prompt['3'].inputs.batch_size).toBe(3);
+    expect(result).toHaveLength(3);
+    const colours = await Promise.all(result.map(async ({ data }) => (await sharp(data).stats()).channels[2].mean));
+    expect(new Set(colours).size).toBe(3);
+  });
+
   it('draws the seed within the range a custom seed node declares, the same on every attempt of a job', async () => {
     fake.addClass('SeedPicker', { required: { seed: ['INT', { default: 0, min: 0, max: 2 ** 32 - 1 }] } });
     const sut = server.engineFor(seededBy('SeedPicker'));
