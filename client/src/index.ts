@@ -16,6 +16,8 @@ export type JobFinished = components['schemas']['JobFinished'];
 export type Problem = components['schemas']['Problem'];
 export type StoredFile = components['schemas']['StoredFile'];
 export type JobRequest = components['schemas']['JobRequest'];
+/** One result of a complete job: its media paths and the seed it was made with. */
+export type JobOutput = components['schemas']['JobOutput'];
 export type JobStatus = HistoryItem['status'];
 export type ImageInputName = Exclude<GenerationInput['name'], 'prompt'>;
 export type HistoryFilters = NonNullable<paths['/user/generation-history']['get']['parameters']['query']>;
@@ -46,6 +48,13 @@ export interface CreateJobOptions {
   texts?: Record<string, string>;
   /** HTTPS URL the service POSTs the final item to, signed (see `@igs/client/webhooks`). */
   webhookUrl?: string;
+  /**
+   * 0 to 2^32 - 1: the same seed and inputs give the same result. A tool whose model takes no seed answers 422
+   * `unsupported_option`; absent, the service draws one and shows it on each of the item's `outputs`.
+   */
+  seed?: number;
+  /** How many results (1 to 4, default 1), shown in the item's `outputs`; more than the tool's model makes is a 422. */
+  numOutputs?: number;
   /** Makes retries safe: a repeat with the same key answers the first job instead of creating another. */
   idempotencyKey?: string;
   /** Seconds (1 to 60) to hold the answer until the job is final (`Prefer: wait`). */
@@ -163,6 +172,8 @@ export class Client {
       const body: JobRequest = { tool: options.tool, inputs };
       if (options.generationType !== undefined) body.generation_type = options.generationType;
       if (options.webhookUrl !== undefined) body.webhook_url = options.webhookUrl;
+      if (options.seed !== undefined) body.seed = options.seed;
+      if (options.numOutputs !== undefined) body.num_outputs = options.numOutputs;
       return dataOf(
         await this.send(() =>
           this.http.POST('/generation/generate_image_v2/', { body, headers, signal: options.signal }),
@@ -176,6 +187,8 @@ export class Client {
     if (options.prompt !== undefined) form.append('prompt', options.prompt);
     for (const [name, text] of Object.entries(options.texts ?? {})) form.append(name, text);
     if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
+    if (options.seed !== undefined) form.append('seed', String(options.seed));
+    if (options.numOutputs !== undefined) form.append('num_outputs', String(options.numOutputs));
     return dataOf(
       await this.send(() =>
         this.http.POST('/generation/generate_image_v2/', {

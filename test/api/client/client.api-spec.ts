@@ -131,6 +131,18 @@ describe('the typed client against the service', () => {
     expect(again.history_item_id).toBe(first.history_item_id);
   }, 60_000);
 
+  it("sends a seed, reads it back on the item's outputs, and hears unsupported_option for more results than the engine makes", async () => {
+    const { history_item_id: id } = await client.createJob({ ...(await tryOn()), seed: 31337, wait: 30 });
+    const tooMany = await client.createJob({ ...(await tryOn()), numOutputs: 2 }).catch((error: unknown) => error);
+
+    const item = await client.item(id);
+    expect(item.outputs).toEqual([
+      { preview_url: item.preview_url, stock_url: item.stock_url, output_url: item.output_url, seed: 31337 },
+    ]);
+    expect(tooMany).toMatchObject({ name: 'ServiceError', status: 422, code: 'unsupported_option' });
+    expect((tooMany as ServiceError).problem?.errors?.map((field) => field.field)).toEqual(['num_outputs']);
+  }, 60_000);
+
   it('likes an item, finds it in the history pages, and deletes it', async () => {
     const { history_item_id: id } = await client.createJob({ ...(await tryOn()), wait: 30 });
 
@@ -282,7 +294,8 @@ describe('the typed client across a restart of the API', () => {
     expect([...new Set(updates.map((item) => item.status))]).toEqual(['pending', 'complete']);
     expect(updates.at(-1)).toEqual(final);
     await waitUntil(() => shown.get(id)?.status === 'complete', 'the history page to show it complete');
-    expect(shown.get(id)).toEqual(final);
+    // Each read signs its media URLs afresh: two reads a second apart differ in their signatures alone.
+    expect(unsigned(shown.get(id)!)).toEqual(unsigned(final as HistoryItem));
     expect(opened).toBe(2);
     following.abort();
     expect(await history).toMatchObject({ name: 'AbortError' });
@@ -446,3 +459,10 @@ describe('the typed client following the progress of a job', () => {
     expect(await refused).toMatchObject({ name: 'ServiceError', status: 404 });
   });
 });
+
+/** An item without its signatures and their expiry, which each read makes anew. */
+function unsigned(item: HistoryItem): unknown {
+  return JSON.parse(
+    JSON.stringify({ ...item, media_urls_expire_at: undefined }).replace(/\?expires=\d+&signature=[\w-]+/g, ''),
+  );
+}
