@@ -203,6 +203,16 @@ describe('CogServer against a fake Cog model', () => {
       expect(result).toHaveLength(1);
     });
 
+    it("fails the job before any prediction when the route's seed or count input is not the model's", async () => {
+      const sut = engine({ seedInput: 'sede', outputs: { input: 'num_outputs', max: 4 } });
+
+      const failure = expectEngineFailed(await rejection(sut.generate(request({ seed: 1 }))));
+
+      expect(failure.message).toContain('"sede" (routes.fashion_swap_half/upper.seed)');
+      expect(failure.message).toContain('"num_outputs" (routes.fashion_swap_half/upper.num_outputs)');
+      expect(fake.requests).toEqual([]);
+    });
+
     it('sends neither the seed nor a count on a route that declares no input for them', async () => {
       await engine().generate(request({ seed: 42, outputs: 1 }));
 

@@ -9,7 +9,7 @@ import {
   sleep,
   type RemoteHttp,
 } from '../remote-http.js';
-import { describeMissing, namesNotInSchema } from '../model-inputs.js';
+import { describeMissing, type NameSection, namesNotInSchema, settingOf } from '../model-inputs.js';
 
 /** The input names of the model a Cog server serves, from its schema. */
 export type CogInputs = ReadonlySet<string>;
@@ -80,9 +80,9 @@ export class CogEngine implements Engine {
   }
 
   /** The setting a name comes from, as the operator wrote it. */
-  private where(section: 'inputs' | 'params', name: string): string {
+  private where(section: NameSection, name: string): string {
     if (this.route.passGenerationType) return `${this.shortcut()}, input ${name}`;
-    return `routes.${this.route.key}.${section}.${name}`;
+    return settingOf(this.route.key, section, name);
   }
 
   private shortcut(): string {

@@ -24,7 +24,7 @@ import {
   sleep,
   type RemoteHttp,
 } from '../remote-http.js';
-import { describeMissing, KeptInputNames, namesNotInSchema, schemaInputNames } from '../model-inputs.js';
+import { describeMissing, KeptInputNames, namesNotInSchema, schemaInputNames, settingOf } from '../model-inputs.js';
 
 /** Images up to this size go inline as data URIs; larger ones through the files API. */
 const DATA_URI_MAX_BYTES = 1024 * 1024;
@@ -118,11 +118,7 @@ export class ReplicateEngine implements Engine {
     if (!this.route.model) return;
     const known = await this.inputs.get(signal);
     if (!known) return;
-    const missing = namesNotInSchema(
-      this.route,
-      known,
-      (section, name) => `routes.${this.route.key}.${section}.${name}`,
-    );
+    const missing = namesNotInSchema(this.route, known, (section, name) => settingOf(this.route.key, section, name));
     if (missing.length === 0) return;
     const what = describeMissing(missing, known);
     throw engineFailed(`Replicate model ${this.route.model} has ${what}`, `The model has ${what}`);
