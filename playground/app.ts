@@ -1,12 +1,14 @@
 /**
  * The playground page: every tool of the service (from the API, not hard-coded), a job created with the user's own
- * files or image URLs, its status and progress live from the event stream, the result, and the history. Built with the typed
+ * files or image URLs (with a seed and several results if asked), its status and progress live from the event stream,
+ * the result and a gallery of every result with its seed, and the history. Built with the typed
  * client; the API key stays in this tab's sessionStorage and is sent to this origin only.
  */
 import {
   type Client,
   type GenerationType,
   type HistoryItem,
+  type JobOutput,
   type Tool,
   ServiceError,
   createClient,
@@ -242,6 +244,8 @@ async function submitJob(form: HTMLFormElement): Promise<void> {
           return value === undefined ? [] : [[field.name, value]];
         }),
       ),
+      seed: text('seed') === undefined ? undefined : Number(text('seed')),
+      numOutputs: Number(text('num_outputs') ?? 1),
     });
     showJob({ status: 'pending' });
     void loadHistory();
@@ -287,6 +291,8 @@ function showJob(item: Pick<HistoryItem, 'status'> & Partial<HistoryItem>): void
   const position = item.status === 'pending' ? (item.queue_position ?? null) : null;
   place.hidden = position === null;
   place.textContent = position === null ? '' : placeInLine(position);
+  const gallery = $('outputs');
+  gallery.hidden = true;
   if (item.status === 'pending') {
     status.textContent = 'Working on it…';
     result.hidden = true;
@@ -305,7 +311,25 @@ function showJob(item: Pick<HistoryItem, 'status'> & Partial<HistoryItem>): void
     full.src = stock;
     $<HTMLAnchorElement>('download').href = stock;
     result.hidden = false;
+    showOutputs(item.outputs ?? []);
   }
+}
+
+/** Every result of a complete job, each with its seed (to make it again) and its full image a click away. */
+function showOutputs(outputs: readonly JobOutput[]): void {
+  const gallery = $('outputs');
+  gallery.replaceChildren(
+    ...outputs.map((output, index) => {
+      const seed = output.seed === null ? 'no seed' : `seed ${output.seed}`;
+      const picture = element('img', {
+        src: client!.mediaUrl(output.preview_url),
+        alt: `Result ${index + 1}, ${seed}`,
+      });
+      const link = element('a', { href: client!.mediaUrl(output.stock_url), download: '' }, picture);
+      return element('li', {}, link, element('span', { textContent: `Result ${index + 1}: ${seed}` }));
+    }),
+  );
+  gallery.hidden = outputs.length === 0;
 }
 
 async function loadHistory(): Promise<void> {

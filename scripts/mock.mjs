@@ -89,7 +89,7 @@ const RESULTS = [
 const MEDIA_URLS = new MediaUrls(randomBytes(32).toString('base64url'), undefined, 3_600_000, '');
 /** A signed media URL of the contract's examples, with the service's origin on `output_url`'s. */
 const EXAMPLE_MEDIA_URL =
-  /(http:\/\/localhost:3000\/)?(media\/[0-9a-f-]{36}\/(?:preview\.webp|stock\.jpg))\?expires=\d+&signature=[\w-]+/g;
+  /(http:\/\/localhost:3000\/)?(media\/[0-9a-f-]{36}\/(?:preview(?:-[1-3])?\.webp|stock(?:-[1-3])?\.jpg))\?expires=\d+&signature=[\w-]+/g;
 const EXAMPLE_URLS_EXPIRY = /("media_urls_expire_at":\s*)"[^"]+"/g;
 
 const contract = parse(await readFile(join(root, 'openapi/openapi.yaml'), 'utf8'));
@@ -119,7 +119,7 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
 const server = createServer((request, response) => {
   assignRequestId(request, response);
   const path = decodeURIComponent((request.url ?? '/').split('?')[0]);
-  const media = /^\/media\/([0-9a-fA-F-]{36})\/(preview\.webp|stock\.jpg)$/.exec(path);
+  const media = /^\/media\/([0-9a-fA-F-]{36})\/(preview(?:-[1-3])?\.webp|stock(?:-[1-3])?\.jpg)$/.exec(path);
   const handled =
     request.method === 'GET' || request.method === 'HEAD'
       ? media
@@ -446,7 +446,7 @@ function toolFormRefusal(contentType, body) {
 
 /**
  * A real image for any media path with a signature of the mock's, or any key, as the service serves one: a preview
- * WebP (<= 512 px) or the full JPEG. Unsigned, altered and expired URLs are refused as the service refuses them.
+ * WebP (<= 512 px) or the full JPEG, of an item's first result or another (`stock-1.jpg`, another picture). Unsigned, altered and expired URLs are refused as the service refuses them.
  */
 async function serveMedia(id, file, request, response) {
   const query = new URL(request.url ?? '/', 'http://mock').searchParams;
@@ -471,13 +471,15 @@ async function serveMedia(id, file, request, response) {
   }
   const secondsLeft = keyed ? 0 : Math.ceil((Number(query.get('expires')) * 1000 - now) / 1000);
   const digest = createHash('sha256').update(id.toLowerCase()).digest();
-  const source = RESULTS[digest[0] % RESULTS.length];
-  const body =
-    file === 'stock.jpg'
-      ? await readFile(source)
-      : await sharp(source).resize(512, 512, { fit: 'inside' }).webp({ quality: 80 }).toBuffer();
+  // An item's second, third... result (`stock-1.jpg`) is another picture than its first.
+  const index = Number(/-(\d)\./.exec(file)?.[1] ?? 0);
+  const source = RESULTS[(digest[0] + index) % RESULTS.length];
+  const stock = file.startsWith('stock');
+  const body = stock
+    ? await readFile(source)
+    : await sharp(source).resize(512, 512, { fit: 'inside' }).webp({ quality: 80 }).toBuffer();
   response.writeHead(200, {
-    'Content-Type': file === 'stock.jpg' ? 'image/jpeg' : 'image/webp',
+    'Content-Type': stock ? 'image/jpeg' : 'image/webp',
     'Content-Length': body.length,
     // As the service: kept by the client alone, and no longer than the URL works.
     'Cache-Control': `private, max-age=${Math.min(secondsLeft, MEDIA_URL_MAX_AGE_SECONDS)}`,

@@ -20,6 +20,8 @@ export type Usage = components['schemas']['Usage'];
 export type JobMetrics = NonNullable<HistoryItem['metrics']>;
 /** A webhook message a job may ask for besides its final state's, which always comes. */
 export type WebhookEventName = 'started' | 'progress' | 'completed';
+/** One result of a complete job: its media paths and the seed it was made with. */
+export type JobOutput = components['schemas']['JobOutput'];
 export type JobStatus = HistoryItem['status'];
 export type ImageInputName = Exclude<GenerationInput['name'], 'prompt'>;
 export type HistoryFilters = NonNullable<paths['/user/generation-history']['get']['parameters']['query']>;
@@ -55,6 +57,13 @@ export interface CreateJobOptions {
    * one a second); the final state's always comes.
    */
   webhookEvents?: WebhookEventName[];
+  /**
+   * 0 to 2^32 - 1: the same seed and inputs give the same result. A tool whose model takes no seed answers 422
+   * `unsupported_option`; absent, the service draws one and shows it on each of the item's `outputs`.
+   */
+  seed?: number;
+  /** How many results (1 to 4, default 1), shown in the item's `outputs`; more than the tool's model makes is a 422. */
+  numOutputs?: number;
   /** Makes retries safe: a repeat with the same key answers the first job instead of creating another. */
   idempotencyKey?: string;
   /** Seconds (1 to 60) to hold the answer until the job is final (`Prefer: wait`). */
@@ -173,6 +182,8 @@ export class Client {
       if (options.generationType !== undefined) body.generation_type = options.generationType;
       if (options.webhookUrl !== undefined) body.webhook_url = options.webhookUrl;
       if (options.webhookEvents !== undefined) body.webhook_events = options.webhookEvents;
+      if (options.seed !== undefined) body.seed = options.seed;
+      if (options.numOutputs !== undefined) body.num_outputs = options.numOutputs;
       return dataOf(
         await this.send(() =>
           this.http.POST('/generation/generate_image_v2/', { body, headers, signal: options.signal }),
@@ -187,6 +198,8 @@ export class Client {
     for (const [name, text] of Object.entries(options.texts ?? {})) form.append(name, text);
     if (options.webhookUrl !== undefined) form.append('webhook_url', options.webhookUrl);
     for (const event of options.webhookEvents ?? []) form.append('webhook_events', event);
+    if (options.seed !== undefined) form.append('seed', String(options.seed));
+    if (options.numOutputs !== undefined) form.append('num_outputs', String(options.numOutputs));
     return dataOf(
       await this.send(() =>
         this.http.POST('/generation/generate_image_v2/', {

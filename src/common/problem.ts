@@ -28,6 +28,7 @@ const PROBLEM_TYPES: Record<ProblemCode, { status: number; title: string }> = {
   invalid_webhook_url: { status: 422, title: 'Invalid webhook URL' },
   input_fetch_failed: { status: 422, title: 'Input could not be fetched' },
   invalid_webhook_events: { status: 422, title: 'Invalid webhook events' },
+  unsupported_option: { status: 422, title: 'Option not supported by the engine' },
   rate_limited: { status: 429, title: 'Too many requests' },
   too_many_pending: { status: 429, title: 'Too many pending jobs' },
   too_many_concurrent_requests: { status: 429, title: 'Too many concurrent requests' },

@@ -62,7 +62,20 @@ export interface RouteBase {
 /** A tool's input name -> the model's input name. Inputs the tool has but the route does not map are not sent. */
 export type InputNames = Readonly<Record<string, string>>;
 
-export interface CogRoute extends RouteBase {
+/**
+ * How a Cog or Replicate model makes several results (ENGINES.md "Seeds and variants per kind"): its input that takes
+ * how many (`num_outputs:`), at most `max` (`max_outputs:`), or one run per result (`repeat: true`).
+ */
+export type ModelOutputs = { input: string; max: number } | 'repeat';
+
+/** The seed input and the several results a Cog or Replicate route declares; both unset, the model takes neither. */
+export interface ModelVariants {
+  /** The model's input that takes the job's seed (`seed:`). */
+  seedInput?: string;
+  outputs?: ModelOutputs;
+}
+
+export interface CogRoute extends RouteBase, ModelVariants {
   kind: 'cog';
   inputs: InputNames;
   /** Fixed inputs sent with every job, beside the mapped ones. */
@@ -74,7 +87,7 @@ export interface CogRoute extends RouteBase {
   passGenerationType: boolean;
 }
 
-export interface ReplicateRoute extends RouteBase {
+export interface ReplicateRoute extends RouteBase, ModelVariants {
   kind: 'replicate';
   /**
    * `owner/name`: alone, an official model run at its latest version; with `version`, the model that version is of,
@@ -111,11 +124,47 @@ export interface ComfyRoute extends RouteBase {
   inputs: Readonly<Record<string, ComfyNodeInput>>;
   /** The node whose first image is the result. */
   output: { node: string };
-  /** Set from the job id, so another attempt of the same job draws the same seed. */
+  /** Set to the job's seed: the one sent, else one drawn from the job id, so every attempt draws the same. */
   seed: ComfyNodeInput | undefined;
+  /** How the workflow makes several results: an EmptyLatentImage's `batch_size` (`batch:`), or one run each. */
+  outputs?: { batch: ComfyNodeInput } | 'repeat';
 }
 
 export type RouteSetting = CogRoute | ReplicateRoute | ComfyRoute;
+
+/** The most results one job may ask for, whatever its route. */
+export const MAX_OUTPUTS = 4;
+
+/** What a route's model takes of a job's `seed` and `num_outputs`. */
+export interface RouteVariants {
+  /** It takes a seed: the job's, or one drawn. */
+  seed: boolean;
+  /** How it makes several results: in one run (`batch`), one run each (`repeat`), or not at all. */
+  several: 'none' | 'batch' | 'repeat';
+  /** The most results a job on it may ask for. */
+  maxOutputs: number;
+}
+
+/**
+ * What a route (undefined: the local engine) takes of a job's seed and number of results. The local engine takes a
+ * seed and ignores it, being deterministic, and makes one result.
+ */
+export function variantsOf(route: RouteSetting | undefined): RouteVariants {
+  if (!route) return { seed: true, several: 'none', maxOutputs: 1 };
+  const seed = route.kind === 'comfyui' ? route.seed !== undefined : route.seedInput !== undefined;
+  const { outputs } = route;
+  if (outputs === undefined) return { seed, several: 'none', maxOutputs: 1 };
+  if (outputs === 'repeat') return { seed, several: 'repeat', maxOutputs: MAX_OUTPUTS };
+  return { seed, several: 'batch', maxOutputs: 'max' in outputs ? Math.min(outputs.max, MAX_OUTPUTS) : MAX_OUTPUTS };
+}
+
+/** The route a job of this tool and generation type takes: its type's own, else its tool's; undefined: local. */
+export function routeOf(routing: EngineRouting, tool: string, generationType: string): RouteSetting | undefined {
+  return (
+    routing.routes.find((route) => route.tool === tool && route.generationType === generationType) ??
+    routing.routes.find((route) => route.tool === tool && route.generationType === undefined)
+  );
+}
 
 /** Every model server and route; both empty when no routing file is set and no `ENGINE_<TOOL>` names a server. */
 export interface EngineRouting {

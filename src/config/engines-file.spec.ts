@@ -2,6 +2,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { AppConfig, ConfigError } from './config.js';
+import { variantsOf } from './engine-settings.js';
 
 const EXAMPLE = resolve('docs/routing/engines.yaml');
 const EXAMPLE_ENV = {
@@ -18,6 +19,7 @@ const WORKFLOW = {
   '11': { class_type: 'LoadImage', inputs: { image: 'person.png' } },
   '12': { class_type: 'LoadImage', inputs: { image: 'clothes.png' } },
   '15': { class_type: 'SaveImage', inputs: { filename_prefix: 'out', images: ['3', 0] } },
+  '20': { class_type: 'EmptyLatentImage', inputs: { width: 512, height: 512, batch_size: 1 } },
 };
 
 /** A folder with the routing file (and its workflows), as an operator would lay it out. */
@@ -129,6 +131,62 @@ routes:
       urls: ['http://comfy-gpu.default.svc:8188'],
       discover: 'dns',
     });
+  });
+
+  it("takes each route's seed and results as declared, and what they let a job ask for", () => {
+    const path = routingFile(`
+engines:
+  vton: { kind: cog, url: http://gpu-1:5000 }
+  comfy: { kind: comfyui, url: http://gpu-1:8188 }
+routes:
+  fashion_swap:
+    engine: vton
+    inputs: { person: human_img, clothes: garm_img }
+    seed: seed
+    num_outputs: num_outputs
+    max_outputs: 2
+  fabric:
+    engine: vton
+    inputs: { fabric: fabric, target: target }
+    repeat: true
+  default:
+    engine: comfy
+    workflow: workflows/try-on.json
+    inputs:
+      image: { node: "11" }
+      prompt: { node: "6", input: text }
+    output: { node: "15" }
+    seed: { node: "3", input: seed }
+    batch: { node: "20", input: batch_size }
+  fashion_card:
+    engine: vton
+    inputs: { clothes: clothes }
+`);
+    const sut = new AppConfig({ ENGINES_FILE: path });
+
+    const variants = Object.fromEntries(sut.engineRouting.routes.map((route) => [route.key, variantsOf(route)]));
+    expect(variants).toEqual({
+      fashion_swap: { seed: true, several: 'batch', maxOutputs: 2 },
+      fabric: { seed: false, several: 'repeat', maxOutputs: 4 },
+      default: { seed: true, several: 'batch', maxOutputs: 4 },
+      fashion_card: { seed: false, several: 'none', maxOutputs: 1 },
+    });
+    expect(variantsOf(undefined)).toEqual({ seed: true, several: 'none', maxOutputs: 1 });
+  });
+
+  it.each([
+    [
+      'num_outputs and repeat at once',
+      'num_outputs: n\n    repeat: true',
+      'routes.default.repeat: the model takes num_outputs already',
+    ],
+    ['max_outputs alone', 'max_outputs: 2', 'routes.default.max_outputs: set num_outputs'],
+  ])('refuses a Cog route with %s', (_case, lines, message) => {
+    const path = routingFile(
+      `engines:\n  vton: { kind: cog, url: http://gpu-1:5000 }\nroutes:\n  default:\n    engine: vton\n    inputs: { image: image }\n    ${lines}\n`,
+    );
+
+    expect(problemsOf({ ENGINES_FILE: path })).toContainEqual(expect.stringContaining(message));
   });
 
   it('takes node ids written as numbers, text inputs on any node input, and a seed', () => {
@@ -264,7 +322,7 @@ routes:
     [
       'an unknown key of a route',
       'engines:\n  c:\n    kind: cog\n    url: http://h\nroutes:\n  default:\n    engine: c\n    inputs: { image: img }\n    workflow: x.json\n',
-      'routes.default.workflow: unknown key (allowed: engine, describe, inputs, params)',
+      'routes.default.workflow: unknown key (allowed: engine, describe, inputs, params, seed, num_outputs, max_outputs, repeat)',
     ],
     [
       'an input the tool does not have',
@@ -418,7 +476,7 @@ routes:
 
     expect(problemsOf({ ENGINES_FILE: path })).toEqual([
       `ENGINES_FILE ${path}: engines.vton.concurency: unknown key (allowed: kind, concurrency, timeout, headers, url, urls, discover)`,
-      `ENGINES_FILE ${path}: routes.default.parms: unknown key (allowed: engine, describe, inputs, params)`,
+      `ENGINES_FILE ${path}: routes.default.parms: unknown key (allowed: engine, describe, inputs, params, seed, num_outputs, max_outputs, repeat)`,
       `ENGINES_FILE ${path}: routes.fabric.engine: there is no engine "vtonn" under engines (engines: vton)`,
     ]);
   });

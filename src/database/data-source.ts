@@ -11,6 +11,7 @@ import { AdminKeysAndUserLimits1795330000000 } from './migrations/1795330000000-
 import { ConcurrencyLimits1795345000000 } from './migrations/1795345000000-ConcurrencyLimits.js';
 import { Files1795350000000 } from './migrations/1795350000000-Files.js';
 import { JobView1795360000000 } from './migrations/1795360000000-JobView.js';
+import { SeedsAndOutputs1795370000000 } from './migrations/1795370000000-SeedsAndOutputs.js';
 
 export const MIGRATIONS = [
   Initial1795292142970,
@@ -22,6 +23,7 @@ export const MIGRATIONS = [
   ConcurrencyLimits1795345000000,
   Files1795350000000,
   JobView1795360000000,
+  SeedsAndOutputs1795370000000,
 ];
 
 /** Any fixed 64-bit number: every replica takes the same lock, so one migrates while the others wait. */

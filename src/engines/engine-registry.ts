@@ -1,7 +1,13 @@
 import { isDeepStrictEqual } from 'node:util';
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { AppConfig } from '../config/config.js';
-import type { EngineServerSetting, RemoteEngineKind, RouteSetting } from '../config/engine-settings.js';
+import {
+  type EngineServerSetting,
+  type RemoteEngineKind,
+  type RouteSetting,
+  type RouteVariants,
+  variantsOf,
+} from '../config/engine-settings.js';
 import { LiveRouting, type RoutingInUse } from '../config/live-routing.js';
 import { CogServer } from './cog/cog.server.js';
 import { ComfyServer } from './comfyui/comfyui.server.js';
@@ -28,6 +34,8 @@ export interface ResolvedRoute {
   timeoutMs: number;
   /** The engine's servers, for an engine with several (`urls`, `discover`): each takes `concurrency` jobs. */
   pool: PoolView | undefined;
+  /** What its model takes of a job's seed and number of results. */
+  variants: RouteVariants;
 }
 
 /** A remote server's state as the readiness probe and the metrics show it. */
@@ -76,6 +84,7 @@ export class EngineRegistry implements OnApplicationShutdown {
       concurrency: undefined,
       timeoutMs: config.engineTimeoutMs,
       pool: undefined,
+      variants: variantsOf(undefined),
     };
     this.limits = {
       maxOutputBytes: config.outputMaxPixels * BYTES_PER_PIXEL,
@@ -147,6 +156,7 @@ export class EngineRegistry implements OnApplicationShutdown {
         concurrency: setting.concurrency,
         timeoutMs: setting.timeoutMs,
         pool: served instanceof ServerPool ? served : undefined,
+        variants: variantsOf(route),
       });
     }
     this.servers = servers;

@@ -26,6 +26,13 @@ export interface EngineRequest {
   images: EngineImages;
   /** Text inputs of the tool, e.g. `prompt` for the default tool. */
   texts: Readonly<Record<string, string>>;
+  /** The seed this run takes, for a route whose model takes one (the job's, or one drawn for it). */
+  seed?: number;
+  /**
+   * How many results are wanted of this run; unset, one. A route whose model makes several at once (Cog's or
+   * Replicate's `num_outputs` input, a ComfyUI batch) asks it for that many; a list output gives at most that many.
+   */
+  outputs?: number;
   /**
    * Fires when the job is canceled, deleted, past its engine's timeout, or the worker shuts down (its reason then a
    * WorkerShutdown).
@@ -75,8 +82,11 @@ export type EngineImage =
   | { kind: 'encoded'; data: Buffer }
   | { kind: 'rendered'; outputs: RenderedOutputs };
 
+/** One run's results: one image, or those of a model that made several (a list output, a batch), in order. */
+export type EngineResult = EngineImage | readonly EngineImage[];
+
 export interface Engine {
-  generate(request: EngineRequest): Promise<EngineImage>;
+  generate(request: EngineRequest): Promise<EngineResult>;
 }
 
 /**

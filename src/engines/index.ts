@@ -4,7 +4,7 @@
  * is the other entry point's, `in-process.ts`, which the service never imports.
  */
 export * from './engine.js';
-export { EngineRegistry, type ServerState } from './engine-registry.js';
+export { EngineRegistry, type ResolvedRoute, type ServerState } from './engine-registry.js';
 export { ServerPool, type PoolServer, type PoolView, type Resolve } from './pool/server-pool.js';
 export { EnginesModule } from './engines.module.js';
 export { REQUEST_ATTEMPTS } from './remote-http.js';

@@ -1,4 +1,7 @@
-import type { InputNames } from '../config/engine-settings.js';
+import type { InputNames, ModelVariants } from '../config/engine-settings.js';
+
+/** Where a name a route sends comes from: a mapped input, a param, or the input its seed or count of results goes in. */
+export type NameSection = 'inputs' | 'params' | 'seed' | 'num_outputs';
 
 /**
  * How long a model's input schema is trusted once read: a model replaced behind the same address (another container
@@ -40,9 +43,9 @@ export function schemaInputNames(schema: unknown): ReadonlySet<string> | undefin
  * and Replicate, drop an input the model does not have without a word: a mapping mistake would run the model wrongly.
  */
 export function namesNotInSchema(
-  route: { inputs: InputNames; params: Readonly<Record<string, unknown>> },
+  route: { inputs: InputNames; params: Readonly<Record<string, unknown>> } & ModelVariants,
   known: ReadonlySet<string>,
-  where: (section: 'inputs' | 'params', name: string) => string,
+  where: (section: NameSection, name: string) => string,
 ): string[] {
   const missing: string[] = [];
   for (const [toolName, modelName] of Object.entries(route.inputs)) {
@@ -51,7 +54,19 @@ export function namesNotInSchema(
   for (const name of Object.keys(route.params)) {
     if (!known.has(name)) missing.push(`"${name}" (${where('params', name)})`);
   }
+  const { seedInput, outputs } = route;
+  if (seedInput !== undefined && !known.has(seedInput)) missing.push(`"${seedInput}" (${where('seed', seedInput)})`);
+  if (typeof outputs === 'object' && !known.has(outputs.input)) {
+    missing.push(`"${outputs.input}" (${where('num_outputs', outputs.input)})`);
+  }
   return missing;
+}
+
+/** The routing file's key path a name comes from: `routes.<key>.params.scale`, or `routes.<key>.seed`. */
+export function settingOf(routeKey: string, section: NameSection, name: string): string {
+  return section === 'inputs' || section === 'params'
+    ? `routes.${routeKey}.${section}.${name}`
+    : `routes.${routeKey}.${section}`;
 }
 
 /** What a model lacks, in words: `no input "scael" (routes.default.params.scael); its inputs: image, scale`. */

@@ -791,6 +791,16 @@ export interface components {
              *     ]
              */
             webhook_events?: ("started" | "progress" | "completed")[];
+            /**
+             * @description As the form field `seed`.
+             * @example 42
+             */
+            seed?: number;
+            /**
+             * @description As the form field `num_outputs` (1 when absent).
+             * @example 2
+             */
+            num_outputs?: number;
         };
         /** @description An image stored with `POST /files`, to be named in JSON job creations until `expires_at`. */
         StoredFile: {
@@ -821,6 +831,32 @@ export interface components {
              */
             expires_at: string;
         };
+        /** @description One result of a job. */
+        JobOutput: {
+            /**
+             * @description Relative media path of this result's preview (WebP), signed.
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview-1.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
+             */
+            preview_url: string;
+            /**
+             * @description Relative media path of this result at full resolution (JPEG), signed.
+             * @example media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock-1.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
+             */
+            stock_url: string;
+            /**
+             * Format: uri
+             * @description Absolute URL of this result at full resolution, as `output_url` on the item.
+             * @example http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock-1.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
+             */
+            output_url: string;
+            /**
+             * @description The seed this result was made with: send it as `seed` (with `num_outputs` 1) to make it again.
+             *     Outputs of one model run that makes several at once share the job's seed. `null` when the
+             *     tool's model takes no seed.
+             * @example 43
+             */
+            seed: number | null;
+        };
         /**
          * @description One generation job of the calling user.
          *
@@ -833,6 +869,7 @@ export interface components {
          *     | `like` | `null` | `null`, `true` or `false` (feedback) | `null` |
          *     | `expires_at` | `null` | when it will be removed (`null`: kept until deleted) | same as `complete` |
          *     | `media_urls_expire_at` | `null` | when the signed media URLs stop working | `null` |
+         *     | `outputs` | `null` | every result, the first one's URLs also in `preview_url`, `stock_url`, `output_url` | `null` |
          *
          *     Transitions: `pending -> complete` and `pending -> error` only; both are final.
          */
@@ -883,6 +920,12 @@ export interface components {
              * @example http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw
              */
             output_url: string | null;
+            /**
+             * @description `null` until `complete`, then every result of the job (`num_outputs` at creation), in order, each
+             *     with its signed URLs (until `media_urls_expire_at`) and the seed it was made with. The first is
+             *     the one `preview_url`, `stock_url` and `output_url` name.
+             */
+            outputs: components["schemas"]["JobOutput"][] | null;
             /**
              * @description The caller's feedback (`PATCH /user/generation-history/feedback/{id}`); `null` until given or after it is cleared.
              * @example true
@@ -1172,6 +1215,7 @@ export interface components {
          *     | `unsupported_media_type` | 415 |
          *     | `headers_too_large` | 431 (the request's header fields together are over 16 KB) |
          *     | `unknown_tool`, `invalid_generation_type`, `image_too_small`, `image_too_large`, `idempotency_key_reused`, `invalid_webhook_url`, `invalid_webhook_events` | 422 |
+         *     | `unsupported_option` | 422 (a `seed` or `num_outputs` the tool's model cannot take) |
          *     | `input_fetch_failed` | 422 (a job's image URL could not be fetched) |
          *     | `rate_limited`, `too_many_pending`, `too_many_concurrent_requests` | 429 |
          *     | `service_unavailable` | 503 |
@@ -1203,7 +1247,7 @@ export interface components {
              * @example validation_failed
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "media_url_invalid" | "media_url_expired" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "input_fetch_failed" | "invalid_webhook_events" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
+            code: "bad_request" | "validation_failed" | "unexpected_field" | "malformed_multipart" | "unauthorized" | "media_url_invalid" | "media_url_expired" | "not_found" | "idempotency_in_progress" | "not_complete" | "not_pending" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "unknown_tool" | "invalid_generation_type" | "image_too_small" | "image_too_large" | "idempotency_key_reused" | "invalid_webhook_url" | "input_fetch_failed" | "invalid_webhook_events" | "unsupported_option" | "rate_limited" | "too_many_pending" | "too_many_concurrent_requests" | "service_unavailable" | "internal_error";
             /**
              * @description Optional; the path of the request this problem occurred on.
              * @example /user/generation-history
@@ -1400,8 +1444,9 @@ export interface components {
          *     or over 8192 px on a side or 40 megapixels (`image_too_large`), an `Idempotency-Key`
          *     reused with a different payload (`idempotency_key_reused`), or a `webhook_url` that is not an
          *     absolute https URL or names a private address (`invalid_webhook_url`), `webhook_events` naming
-         *     an unknown event or sent without a `webhook_url` (`invalid_webhook_events`), or an image URL of a JSON
-         *     job that could not be fetched (`input_fetch_failed`, naming the input in `errors`).
+         *     an unknown event or sent without a `webhook_url` (`invalid_webhook_events`), an image URL of a JSON
+         *     job that could not be fetched (`input_fetch_failed`, naming the input in `errors`), or a `seed` or
+         *     `num_outputs` the tool's model cannot take (`unsupported_option`, naming the field in `errors`).
          */
         Unprocessable: {
             headers: {
@@ -1704,6 +1749,21 @@ export interface operations {
                      *     ]
                      */
                     webhook_events?: ("started" | "progress" | "completed")[];
+                    /**
+                     * @description Optional, on every tool: the seed the model draws from (0 to 2^32 - 1); the same seed and
+                     *     inputs on the same model give the same result. Absent, one is drawn when the tool's model
+                     *     takes a seed, and each output's seed is shown in `outputs`. A tool whose model takes no
+                     *     seed answers `422 unsupported_option`; the local engine takes one and ignores it (it is
+                     *     deterministic).
+                     * @example 42
+                     */
+                    seed?: number;
+                    /**
+                     * @description Optional, on every tool: how many results the job makes (1 to 4; 1 when absent), shown in `outputs`. More
+                     *     than the tool's model can give answers `422 unsupported_option`.
+                     * @example 2
+                     */
+                    num_outputs?: number;
                     /** @description Optional description of the wanted result, recorded with the job. Accepted only by `default`; at most 1000 characters (`400 validation_failed` beyond). */
                     prompt?: string;
                 } & {
@@ -1920,10 +1980,10 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"outputs":null,"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":null}
                      *
                      *     event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","media_urls_expire_at":"2025-06-01T13:01:30.000Z","webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":{"queue_seconds":2.004,"run_seconds":12.508}}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"complete","preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:14.512Z","completed_at":"2025-06-01T12:00:14.512Z","progress":1,"expires_at":"2025-07-01T12:00:14.512Z","media_urls_expire_at":"2025-06-01T13:01:30.000Z","outputs":[{"preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","seed":42},{"preview_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview-1.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","stock_url":"media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock-1.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","output_url":"http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock-1.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw","seed":42}],"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":{"queue_seconds":2.004,"run_seconds":12.508}}
                      */
                     "text/event-stream": string;
                 };
@@ -1976,6 +2036,7 @@ export interface operations {
                      *       "progress": null,
                      *       "expires_at": "2025-07-01T12:00:02.250Z",
                      *       "media_urls_expire_at": null,
+                     *       "outputs": null,
                      *       "webhook": null,
                      *       "started_at": null,
                      *       "queue_position": null,
@@ -2013,7 +2074,7 @@ export interface operations {
                 content: {
                     /**
                      * @example event: item
-                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":null}
+                     *     data: {"history_item_id":"3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44","tool":"fashion_swap","generation_type":"fashion_swap_full","status":"pending","preview_url":null,"stock_url":null,"output_url":null,"like":null,"error":null,"created_at":"2025-06-01T12:00:00.000Z","updated_at":"2025-06-01T12:00:00.000Z","completed_at":null,"progress":0.35,"expires_at":null,"media_urls_expire_at":null,"outputs":null,"webhook":null,"started_at":"2025-06-01T12:00:02.004Z","queue_position":null,"metrics":null}
                      *
                      *     event: deleted
                      *     data: {"history_item_id":"7a9e3c51-2d4f-4b6a-8e1c-0f5d2a7b9c13"}
@@ -2068,6 +2129,20 @@ export interface operations {
                      *       "progress": 1,
                      *       "expires_at": "2025-07-01T12:00:14.512Z",
                      *       "media_urls_expire_at": "2025-06-01T13:01:30.000Z",
+                     *       "outputs": [
+                     *         {
+                     *           "preview_url": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *           "stock_url": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *           "output_url": "http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *           "seed": 42
+                     *         },
+                     *         {
+                     *           "preview_url": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/preview-1.webp?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *           "stock_url": "media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock-1.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *           "output_url": "http://localhost:3000/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock-1.jpg?expires=1748782890&signature=Xq3Vb0yT8n0cJz4Kx1mWq7rS2dL9fH6aE5pG0uN3kYw",
+                     *           "seed": 42
+                     *         }
+                     *       ],
                      *       "webhook": null,
                      *       "started_at": "2025-06-01T12:00:02.004Z",
                      *       "queue_position": null,

@@ -44,6 +44,8 @@ describe('GenerationService', () => {
       texts: {},
       webhookUrl: null,
       webhookEvents: null,
+      seed: undefined,
+      numOutputs: 1,
     };
     uploads.parse = () => Promise.resolve(upload);
     const databaseDown = new ServiceUnavailableError('database');

@@ -143,6 +143,8 @@ export class GenerationService {
       inputs: stored,
       webhookUrl: upload.webhookUrl,
       webhookEvents: upload.webhookEvents,
+      seed: upload.seed ?? null,
+      numOutputs: upload.numOutputs,
     };
     if (!(await this.lifecycle.accept({ ...item, texts: upload.texts }, maxPending))) {
       throw new DomainError(
@@ -172,8 +174,10 @@ function fingerprintOf(upload: ValidUpload): string {
         images,
         texts,
         webhook: upload.webhookUrl,
-        // Absent for the default, so that a key's fingerprint from before webhook_events existed still matches.
+        // Left out when not asked for, so that keys claimed before these fields existed still match.
         ...(upload.webhookEvents ? { webhookEvents: upload.webhookEvents } : {}),
+        seed: upload.seed,
+        outputs: upload.numOutputs > 1 ? upload.numOutputs : undefined,
       }),
     )
     .digest('hex');

@@ -1,6 +1,7 @@
 import type { Catalog, CatalogGenerationType, CatalogTool } from '../catalog/catalog.js';
 import { DomainError, type FieldError } from '../common/problem.js';
 import type { WebhookEventName } from '../jobs/history-item.entity.js';
+import { type EngineRouting, MAX_OUTPUTS, routeOf, variantsOf } from '../config/engine-settings.js';
 
 /** A job form as it came: its text parts by name and value, and the names of its file parts, in the order sent. */
 export interface FormParts {
@@ -18,10 +19,14 @@ export interface ToolForm {
   webhookUrl: string | undefined;
   /** The webhook messages asked for; null: the final state alone (the default). */
   webhookEvents: WebhookEventName[] | null;
+  /** The seed asked for (0..2^32-1); undefined: drawn, when the route takes one. */
+  seed: number | undefined;
+  /** How many results the job makes (1..4). */
+  numOutputs: number;
 }
 
 /** The form's own fields, beside the tool's inputs: always text. */
-const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url', 'webhook_events'];
+const FORM_FIELDS = ['tool', 'generation_type', 'webhook_url', 'webhook_events', 'seed', 'num_outputs'];
 /** The one form field that may come more than once: one part per event. */
 const REPEATED_FIELD = 'webhook_events';
 
@@ -50,6 +55,9 @@ export function checkWebhookEvents(
   const asked = WEBHOOK_EVENTS.filter((event) => event === 'completed' || values.includes(event));
   return asked.length === 1 ? null : asked;
 }
+
+/** The largest seed a job takes: models' seeds are 32-bit at the least. */
+export const MAX_SEED = 2 ** 32 - 1;
 
 /**
  * Refuses a form sent as anything but multipart with its boundary (a job may also come as JSON, read elsewhere). An
@@ -137,6 +145,8 @@ export function checkToolForm({ texts, files }: FormParts, catalog: Catalog): To
     texts: inputTexts,
     webhookUrl,
     webhookEvents: checkWebhookEvents(webhookEvents, webhookUrl !== undefined),
+    seed: integerField(textFields, 'seed', 0, MAX_SEED),
+    numOutputs: integerField(textFields, 'num_outputs', 1, MAX_OUTPUTS) ?? 1,
   };
 }
 
@@ -203,6 +213,44 @@ export function generationTypeOf(tool: CatalogTool, generationType: string | und
     );
   }
   return type;
+}
+
+/**
+ * 422 `unsupported_option` for a seed or a number of results the job's route (in the routing in use now) cannot take:
+ * checked at creation, so that a job is refused before its images are stored or fetched.
+ */
+export function checkVariants(form: ToolForm, routing: EngineRouting): void {
+  const variants = variantsOf(routeOf(routing, form.tool.id, form.generationType));
+  if (form.seed !== undefined && !variants.seed) {
+    throw unsupportedOption('seed', `The model of "${form.tool.id}" takes no seed; leave "seed" out.`);
+  }
+  if (form.numOutputs > variants.maxOutputs) {
+    throw unsupportedOption(
+      'num_outputs',
+      `The model of "${form.tool.id}" makes at most ${variants.maxOutputs} result${variants.maxOutputs > 1 ? 's' : ''} a job.`,
+    );
+  }
+}
+
+function unsupportedOption(field: string, message: string): DomainError {
+  return new DomainError('unsupported_option', message, { errors: [{ field, message: 'not supported by the model' }] });
+}
+
+/** A form field holding a whole number from `least` to `most`, or 400 `validation_failed` naming it; undefined when absent. */
+function integerField(
+  fields: ReadonlyMap<string, string>,
+  field: string,
+  least: number,
+  most: number,
+): number | undefined {
+  const text = fields.get(field);
+  if (text === undefined) return undefined;
+  const value = /^\d{1,10}$/.test(text) ? Number(text) : NaN;
+  if (!(value >= least && value <= most)) {
+    const message = `must be a whole number from ${least} to ${most}`;
+    throw new DomainError('validation_failed', `The field "${field}" ${message}.`, { errors: [{ field, message }] });
+  }
+  return value;
 }
 
 export function unexpectedField(field: string, why: string): DomainError {

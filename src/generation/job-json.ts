@@ -13,6 +13,8 @@ const JSON_FIELDS: Record<string, { read: (value: unknown) => string[] | undefin
   webhook_url: { read: oneString, expected: 'must be a string' },
   // The form's repeated field, one part per event.
   webhook_events: { read: stringArray, expected: 'must be an array of strings' },
+  seed: { read: oneInteger, expected: 'must be a whole number' },
+  num_outputs: { read: oneInteger, expected: 'must be a whole number' },
 };
 
 /** What a JSON job names for each image input: a URL to fetch or a stored file of the user's. */
@@ -79,6 +81,11 @@ function oneString(value: unknown): string[] | undefined {
 
 function stringArray(value: unknown): string[] | undefined {
   return Array.isArray(value) && value.every((item) => typeof item === 'string') ? value : undefined;
+}
+
+/** A JSON integer as the form's text; its range is the form's to check. */
+function oneInteger(value: unknown): string[] | undefined {
+  return Number.isSafeInteger(value) ? [String(value)] : undefined;
 }
 
 function invalidType(field: string, message: string): DomainError {

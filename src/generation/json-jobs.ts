@@ -4,7 +4,7 @@ import { DomainError } from '../common/problem.js';
 import { LiveRouting } from '../config/live-routing.js';
 import { StoredFiles } from '../files/stored-files.js';
 import { imageSourceOf, jsonJobParts } from './job-json.js';
-import { checkToolForm } from './job-form.js';
+import { checkToolForm, checkVariants } from './job-form.js';
 import { type UploadedImage, UploadParser, type ValidUpload } from './upload.js';
 import { UrlInputs } from './url-inputs.js';
 
@@ -27,6 +27,7 @@ export class JsonJobs {
     const { catalog } = this.routing.current;
     const { parts, imageValues } = jsonJobParts(body, catalog);
     const form = checkToolForm(parts, catalog);
+    checkVariants(form, this.routing.current.engineRouting);
     const webhookUrl = this.uploads.webhookUrlOf(form.webhookUrl);
     const sources = form.images.map((name) => [name, imageSourceOf(name, imageValues.get(name)!)] as const);
     // All at once: a job's inputs are usually on the same server, and the slowest sets the pace. The first to fail
@@ -55,14 +56,8 @@ export class JsonJobs {
     sources.forEach(
       ([name], index) => (images[name] = (results[index] as PromiseFulfilledResult<UploadedImage>).value),
     );
-    return {
-      tool: form.tool,
-      generationType: form.generationType,
-      images,
-      texts: form.texts,
-      webhookUrl,
-      webhookEvents: form.webhookEvents,
-    };
+    const { tool, generationType, texts, webhookEvents, seed, numOutputs } = form;
+    return { tool, generationType, images, texts, webhookUrl, webhookEvents, seed, numOutputs };
   }
 
   private async fetched(

@@ -10,7 +10,7 @@ import { DomainError } from '../common/problem.js';
 import { AppConfig } from '../config/config.js';
 import { LiveRouting } from '../config/live-routing.js';
 import type { WebhookEventName } from '../jobs/history-item.entity.js';
-import { checkFormContentType, checkToolForm, unexpectedField } from './job-form.js';
+import { checkFormContentType, checkToolForm, checkVariants, unexpectedField } from './job-form.js';
 import { type ProbedFile, ProbingTemporaryFiles, UploadStorageError } from './upload-storage.js';
 
 export interface UploadedImage {
@@ -39,6 +39,9 @@ export interface ValidUpload {
   webhookUrl: string | null;
   /** The webhook messages asked for beside the final state's (`webhook_events`); null: that one alone. */
   webhookEvents: WebhookEventName[] | null;
+  /** The seed asked for; undefined: drawn, when the route takes one. */
+  seed: number | undefined;
+  numOutputs: number;
 }
 
 const FIELD_NAME_MAX_BYTES = 100;
@@ -120,7 +123,8 @@ export class UploadParser {
       },
       this.routing.current.catalog,
     );
-    const { tool, generationType, texts, webhookEvents } = form;
+    checkVariants(form, this.routing.current.engineRouting);
+    const { tool, generationType, texts, webhookEvents, seed, numOutputs } = form;
     const webhookUrl = this.webhookUrlOf(form.webhookUrl);
 
     const images: Record<string, UploadedImage> = {};
@@ -128,7 +132,7 @@ export class UploadParser {
       const file = files.find((candidate) => candidate.fieldname === name) as ProbedFile;
       images[name] = await this.inspectImage(name, file);
     }
-    return { tool, generationType, images, texts, webhookUrl, webhookEvents };
+    return { tool, generationType, images, texts, webhookUrl, webhookEvents, seed, numOutputs };
   }
 
   /** The job's webhook URL as it is kept, or null for none; a URL the webhooks' rules refuse is a 422. */

@@ -23,6 +23,7 @@ function row(status: HistoryItemRow['status']): HistoryItemRow {
     webhookLastAttemptAt: null,
     webhookLastStatus: null,
     startedAt: null,
+    outputSeeds: status === 'complete' ? [7] : null,
   };
 }
 
@@ -112,5 +113,41 @@ describe('HistoryItemDto.from: where a job is', () => {
     const sut = HistoryItemDto.from(row('error'), settings);
 
     expect(sut.metrics).toEqual({ queue_seconds: 14.512, run_seconds: null });
+  });
+});
+
+describe('HistoryItemDto.from outputs', () => {
+  const mediaUrls = new MediaUrls('k'.repeat(32), undefined, 3_600_000, 'https://cdn.example.com/results');
+  const settings = { mediaUrls, historyRetentionMs: undefined };
+  const id = '3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
+
+  it("lists every result with its seed, the first one's URLs the item's own, the others' files numbered from 1", () => {
+    const sut = HistoryItemDto.from({ ...row('complete'), outputSeeds: [11, 12, null] }, settings);
+
+    expect(sut.outputs).toHaveLength(3);
+    expect(sut.outputs![0]).toEqual({
+      preview_url: sut.preview_url,
+      stock_url: sut.stock_url,
+      output_url: sut.output_url,
+      seed: 11,
+    });
+    expect(sut.outputs![1].stock_url).toMatch(new RegExp(`^media/${id}/stock-1\\.jpg\\?expires=\\d+&signature=`));
+    expect(sut.outputs![2]).toMatchObject({
+      preview_url: expect.stringMatching(new RegExp(`^media/${id}/preview-2\\.webp\\?`)),
+      output_url: expect.stringMatching(/^https:\/\/cdn\.example\.com\/results\/media\//),
+      seed: null,
+    });
+  });
+
+  it('shows the one result of an item completed before results were counted, its seed unknown', () => {
+    const sut = HistoryItemDto.from({ ...row('complete'), outputSeeds: null }, settings);
+
+    expect(sut.outputs).toEqual([
+      { preview_url: sut.preview_url, stock_url: sut.stock_url, output_url: sut.output_url, seed: null },
+    ]);
+  });
+
+  it.each(['pending', 'error'] as const)('is null while there is no result (%s)', (status) => {
+    expect(HistoryItemDto.from(row(status), settings).outputs).toBeNull();
   });
 });

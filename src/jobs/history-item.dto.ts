@@ -29,6 +29,7 @@ export class HistoryItemDto implements HistoryItemSchema {
   started_at: string | null;
   queue_position: number | null;
   metrics: HistoryItemSchema['metrics'];
+  outputs: HistoryItemSchema['outputs'];
 
   /**
    * Result paths are shown only once the result exists, signed at `now` for MEDIA_URL_TTL: every read signs afresh.
@@ -66,6 +67,7 @@ export class HistoryItemDto implements HistoryItemSchema {
           ? new Date(item.completedAt.getTime() + settings.historyRetentionMs).toISOString()
           : null,
       media_urls_expire_at: urls?.expiresAt.toISOString() ?? null,
+      outputs: complete ? outputsOf(item, settings.mediaUrls, now) : null,
       webhook: item.webhookUrl
         ? {
             url: item.webhookUrl,
@@ -88,4 +90,15 @@ function metricsOf(created: Date, started: Date | null, ended: Date): NonNullabl
   return started
     ? { queue_seconds: seconds(created, started), run_seconds: seconds(started, ended) }
     : { queue_seconds: seconds(created, ended), run_seconds: null };
+}
+
+/**
+ * Every result of a complete item with its seed. An item completed before results were counted has none recorded:
+ * it has its one result, whose seed is unknown.
+ */
+function outputsOf(item: HistoryItemRow, mediaUrls: MediaUrls, now: number): HistoryItemSchema['outputs'] {
+  return (item.outputSeeds ?? [null]).map((seed, index) => {
+    const urls = mediaUrls.forItem(item.id, now, index);
+    return { preview_url: urls.preview, stock_url: urls.stock, output_url: urls.output, seed };
+  });
 }

@@ -34,6 +34,8 @@ export function inputKeysOf(inputs: Record<string, StoredInput>): string[] {
 @Check('history_items_status_check', `"status" IN ('pending', 'complete', 'error')`)
 @Check('history_items_error_check', `("status" = 'error') = ("error_code" IS NOT NULL)`)
 @Check('history_items_webhook_check', `("webhook_url" IS NULL) = ("webhook_state" IS NULL)`)
+@Check('history_items_seed_check', `"seed" BETWEEN 0 AND 4294967295`)
+@Check('history_items_num_outputs_check', `"num_outputs" BETWEEN 1 AND 4`)
 @Index('history_items_user_created', ['userId', 'createdAt', 'id'])
 @Index('history_items_user_status_created', ['userId', 'status', 'createdAt', 'id'])
 @Index('history_items_user_type_created', ['userId', 'generationType', 'createdAt', 'id'])
@@ -107,4 +109,15 @@ export class HistoryItem {
   /** The messages the webhook's receiver asked for (`webhook_events`); null: the final state alone. */
   @Column({ name: 'webhook_events', type: 'text', array: true, nullable: true })
   webhookEvents: WebhookEventName[] | null;
+  /** The seed asked for at creation; null: drawn from the id when the route takes one. Read as a number. */
+  @Column({ type: 'bigint', nullable: true })
+  seed: number | null;
+
+  /** How many results the job makes (`num_outputs`). */
+  @Column({ name: 'num_outputs', type: 'smallint', default: 1 })
+  numOutputs: number;
+
+  /** Each result's seed (null where the model takes none), one per result: null until complete. */
+  @Column({ name: 'output_seeds', type: 'jsonb', nullable: true })
+  outputSeeds: (number | null)[] | null;
 }

@@ -6,7 +6,16 @@ import type { HistoryItem, JobErrorCode, JobStatus, WebhookState } from './histo
 /** What a new item is made of; the rest of its columns start at their defaults (pending, now). */
 export type NewHistoryItem = Pick<
   HistoryItem,
-  'id' | 'userId' | 'tool' | 'generationType' | 'inputs' | 'texts' | 'webhookUrl' | 'webhookEvents'
+  | 'id'
+  | 'userId'
+  | 'tool'
+  | 'generationType'
+  | 'inputs'
+  | 'texts'
+  | 'webhookUrl'
+  | 'webhookEvents'
+  | 'seed'
+  | 'numOutputs'
 >;
 
 /** An item as clients see it: the fields a `HistoryItemDto` is made from, named as on the entity. */
@@ -28,10 +37,14 @@ export type HistoryItemRow = Pick<
   | 'webhookAttempts'
   | 'webhookLastAttemptAt'
   | 'webhookLastStatus'
+  | 'outputSeeds'
 >;
 
 /** What a worker needs to run an item's job. */
-export type JobRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'status' | 'inputs' | 'texts'>;
+export type JobRow = Pick<
+  HistoryItem,
+  'id' | 'userId' | 'tool' | 'generationType' | 'status' | 'inputs' | 'texts' | 'seed' | 'numOutputs'
+>;
 
 /** What ending or removing an item leaves to clean up: its inputs, whose it was, and its engine's run. */
 export type EndedRow = Pick<HistoryItem, 'id' | 'userId' | 'tool' | 'generationType' | 'status' | 'inputs'>;
@@ -57,7 +70,7 @@ const ITEM_COLUMNS = `h.id, h.tool, h.generation_type AS "generationType", h.sta
        h.created_at AS "createdAt", h.updated_at AS "updatedAt", h.completed_at AS "completedAt",
        h.webhook_url AS "webhookUrl", h.webhook_state AS "webhookState", h.webhook_attempts AS "webhookAttempts",
        h.webhook_last_attempt_at AS "webhookLastAttemptAt", h.webhook_last_status AS "webhookLastStatus",
-       h.started_at AS "startedAt"`;
+       h.started_at AS "startedAt", h.output_seeds AS "outputSeeds"`;
 
 const ENDED_COLUMNS = `id, user_id AS "userId", tool, generation_type AS "generationType", status, inputs`;
 
@@ -76,7 +89,7 @@ export class HistoryRepository {
   async createWithinPendingLimit(item: NewHistoryItem, maxPending: number): Promise<boolean> {
     const [{ created }] = await this.db.query<{ created: boolean }>({
       name: 'create-history-item',
-      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7, $8, $9) AS created',
+      text: 'SELECT create_history_item($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS created',
       values: [
         item.id,
         item.userId,
@@ -87,6 +100,8 @@ export class HistoryRepository {
         maxPending,
         item.webhookUrl,
         item.webhookEvents,
+        item.seed,
+        item.numOutputs,
       ],
     });
     return created;
@@ -118,6 +133,7 @@ export class HistoryRepository {
   async findJob(id: string, deadlineSeconds: number): Promise<(JobRow & { overdue: boolean }) | undefined> {
     const [row] = await this.db.query<JobRow & { overdue: boolean }>({
       text: `SELECT id, user_id AS "userId", tool, generation_type AS "generationType", status, inputs, texts,
+                    seed::float8 AS seed, num_outputs AS "numOutputs",
                     created_at < now() - make_interval(secs => $2) AS overdue
                FROM history_items WHERE id = $1`,
       values: [id, deadlineSeconds],
@@ -154,11 +170,11 @@ export class HistoryRepository {
    * Marks the item complete if it is still pending: one short update, taken after its outputs were written. Resolves
    * undefined when it is gone or already final.
    */
-  async completeWhilePending(id: string): Promise<EndedRow | undefined> {
+  async completeWhilePending(id: string, outputSeeds: readonly (number | null)[]): Promise<EndedRow | undefined> {
     const [row] = await this.db.query<EndedRow>({
-      text: `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now()
+      text: `UPDATE history_items SET status = 'complete', completed_at = now(), updated_at = now(), output_seeds = $2
               WHERE id = $1 AND status = 'pending' RETURNING ${ENDED_COLUMNS}`,
-      values: [id],
+      values: [id, JSON.stringify(outputSeeds)],
     });
     return row;
   }

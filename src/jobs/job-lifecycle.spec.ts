@@ -35,6 +35,8 @@ function newItem(): NewHistoryItem {
     texts: {},
     webhookUrl: null,
     webhookEvents: null,
+    seed: null,
+    numOutputs: 1,
   };
 }
 

@@ -113,9 +113,14 @@ export class JobLifecycle {
    * is held while storage answers. Runs of one job write one at a time (`OutputLease`) and only while the item is
    * pending, so a complete item's files are never rewritten; a run that loses the race to a delete, a cancel or a
    * timeout removes what it wrote, so an item that is gone or ended keeps no media files (if that removal fails too,
-   * `ResultLeftovers` takes them). Resolves false when the result was dropped.
+   * `ResultLeftovers` takes them). `outputSeeds` has each result's seed (null where the model takes none), one per
+   * result written. Resolves false when the result was dropped.
    */
-  async complete(id: string, writeOutputs: () => Promise<void>): Promise<boolean> {
+  async complete(
+    id: string,
+    writeOutputs: () => Promise<void>,
+    outputSeeds: readonly (number | null)[] = [null],
+  ): Promise<boolean> {
     const item = await this.lease.whileHeld(id, async () => {
       if ((await this.items.statusOf(id)) !== 'pending') return undefined;
       try {
@@ -129,7 +134,7 @@ export class JobLifecycle {
         if ((await this.items.statusOf(id)) !== 'pending') return undefined;
         throw error;
       }
-      const completed = await this.items.completeWhilePending(id);
+      const completed = await this.items.completeWhilePending(id, outputSeeds);
       if (!completed && (await this.items.statusOf(id)) !== 'complete') await this.removeOutputs(id);
       return completed;
     });

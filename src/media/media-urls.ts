@@ -56,10 +56,10 @@ export class MediaUrls {
     return `${path}?expires=${expires}&signature=${signatureOf(this.keys[0], path, expires)}`;
   }
 
-  /** An item's result URLs signed at `now`. */
-  forItem(itemId: string, now: number): SignedMediaUrls {
+  /** An item's result URLs signed at `now`: of its first result, or of the one at `index`. */
+  forItem(itemId: string, now: number, index = 0): SignedMediaUrls {
     const expires = this.expiresFrom(now);
-    const url = (kind: OutputKind) => this.sign(mediaPath(itemId, kind), expires);
+    const url = (kind: OutputKind) => this.sign(mediaPath(itemId, kind, index), expires);
     const stock = url('stock');
     return {
       preview: url('preview'),

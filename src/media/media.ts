@@ -19,21 +19,39 @@ export const STORED_MEDIA_CACHE_CONTROL = `public, max-age=${MEDIA_URL_MAX_AGE_S
 /** The first segment of every media path; on S3 also the media store's prefix, so an object's key is its path. */
 export const MEDIA_PREFIX = 'media/';
 
-const CONTENT_TYPES = new Map<string, string>(Object.values(OUTPUT_FILES).map((file) => [file.name, file.contentType]));
+/** The most results one job has (MAX_OUTPUTS of the routes): output files are named up to it. */
+const MOST_OUTPUTS = 4;
+
+/**
+ * An output file's name: the first result's as ever (`stock.jpg`), the others' numbered from 1 (`stock-1.jpg` is the
+ * second's), all in the item's folder, so that whatever removes the folder removes every result.
+ */
+function outputFileName(kind: OutputKind, index: number): string {
+  const { name } = OUTPUT_FILES[kind];
+  if (index === 0) return name;
+  const dot = name.lastIndexOf('.');
+  return `${name.slice(0, dot)}-${index}${name.slice(dot)}`;
+}
+
+const CONTENT_TYPES = new Map<string, string>(
+  (Object.keys(OUTPUT_FILES) as OutputKind[]).flatMap((kind) =>
+    Array.from({ length: MOST_OUTPUTS }, (_, index) => [outputFileName(kind, index), OUTPUT_FILES[kind].contentType]),
+  ),
+);
 
 /** Content-Type of an output file by its name; undefined for any other name. */
 export function outputContentType(fileName: string): string | undefined {
   return CONTENT_TYPES.get(fileName);
 }
 
-/** Key of an output inside the media store. */
-export function outputKey(itemId: string, kind: OutputKind): string {
-  return `${itemId}/${OUTPUT_FILES[kind].name}`;
+/** Key of an output inside the media store: of the job's first result unless `index` says another. */
+export function outputKey(itemId: string, kind: OutputKind, index = 0): string {
+  return `${itemId}/${outputFileName(kind, index)}`;
 }
 
 /** The relative media path clients resolve against the base URL, e.g. `media/{id}/preview.webp`. */
-export function mediaPath(itemId: string, kind: OutputKind): string {
-  return `${MEDIA_PREFIX}${outputKey(itemId, kind)}`;
+export function mediaPath(itemId: string, kind: OutputKind, index = 0): string {
+  return `${MEDIA_PREFIX}${outputKey(itemId, kind, index)}`;
 }
 
 /**

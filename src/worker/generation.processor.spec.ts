@@ -22,6 +22,8 @@ const PENDING: JobRow = {
   status: 'pending',
   inputs: { person: { key: `${ID}-person`, format: 'jpeg', width: 640, height: 960, bytes: 1000 } },
   texts: {},
+  seed: null,
+  numOutputs: 1,
 };
 
 const DELIVERY: Delivery = {
@@ -83,7 +85,14 @@ function workerWithCancelAfterRead() {
     new RunningJobs(events as unknown as JobEvents, items as unknown as HistoryRepository, config),
     { get: () => Promise.resolve(Buffer.alloc(1)) } as unknown as ObjectStore,
     {} as ObjectStore,
-    { route: () => ({ kind: 'local', engineName: 'local', engine }) } as unknown as EngineRegistry,
+    {
+      route: () => ({
+        kind: 'local',
+        engineName: 'local',
+        engine,
+        variants: { seed: true, several: 'none', maxOutputs: 1 },
+      }),
+    } as unknown as EngineRegistry,
     {
       turn: () => ({
         slot: undefined,

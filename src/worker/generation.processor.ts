@@ -16,6 +16,7 @@ import type { ObjectStore } from '../media/object-store.js';
 import { Metrics } from '../metrics/metrics.js';
 import { type Delivery, JobQueue } from '../queue/job-queue.js';
 import {
+  type RenderedOutputs,
   EngineRegistry,
   type EngineSlot,
   EngineTimeoutError,
@@ -27,6 +28,7 @@ import {
   WorkerShutdown,
 } from '../engines/index.js';
 import { EngineSlots } from './engine-slots.js';
+import { generateResults } from './job-results.js';
 import { RunningJobs } from './running-jobs.js';
 
 /** How long jobs stopped by a shutdown get to record their stop (their attempt, the model run's cancel, their spans). */
@@ -168,10 +170,10 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
         'igs.engine.kind': route.kind,
         'igs.engine.name': route.engineName,
       };
-      const result = await inSpan('engine generate', { attributes: engineAttributes }, async (span) => {
+      const results = await inSpan('engine generate', { attributes: engineAttributes }, async (span) => {
         try {
           const generated = await this.metrics.timeEngine(item.tool, route.kind, () =>
-            route.engine.generate({
+            generateResults(route, item, {
               jobId: id,
               tool: item.tool,
               generationType: item.generationType,
@@ -193,14 +195,21 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       });
       await turn.end();
       progress.end();
-      const outputs = await renderOutputs(result, this.config.outputMaxPixels);
-      const completed = await this.lifecycle.complete(id, () =>
-        inSpan('store outputs', { attributes: { 'igs.item_id': id } }, async () => {
-          await Promise.all([
-            this.media.put(outputKey(id, 'stock'), outputs.stock),
-            this.media.put(outputKey(id, 'preview'), outputs.preview),
-          ]);
-        }),
+      const outputs: RenderedOutputs[] = [];
+      // One at a time: each holds a full-resolution image while it is encoded.
+      for (const { image } of results) outputs.push(await renderOutputs(image, this.config.outputMaxPixels));
+      const completed = await this.lifecycle.complete(
+        id,
+        () =>
+          inSpan('store outputs', { attributes: { 'igs.item_id': id } }, async () => {
+            await Promise.all(
+              outputs.flatMap((output, index) => [
+                this.media.put(outputKey(id, 'stock', index), output.stock),
+                this.media.put(outputKey(id, 'preview', index), output.preview),
+              ]),
+            );
+          }),
+        results.map(({ seed }) => seed ?? null),
       );
       await this.forgetRun(id, runs);
       const ms = Math.round(performance.now() - started);

@@ -124,10 +124,14 @@ describe('in a real browser (Debian Chromium)', () => {
       .getByLabel('clothes', { exact: true })
       .setInputFiles('docs/examples/fashion_swap_half-upper/input-clothes.jpg');
     await page.getByLabel('person', { exact: true }).setInputFiles('test/fixtures/photos/astronaut.jpg');
+    await page.getByLabel('Seed (optional)').fill('7');
     await page.getByRole('button', { name: 'Generate' }).click();
 
     await page.getByText('Done.').waitFor({ timeout: 30_000 });
     await resultRendered(page);
+    // The gallery: the one result the local engine makes, with the seed it was sent.
+    await page.locator('#outputs li').filter({ hasText: 'Result 1: seed 7' }).waitFor();
+    expect(await page.locator('#outputs li').count()).toBe(1);
     const row = page.locator('#history li').filter({ hasText: 'fashion_swap_half · upper' });
     await row.getByRole('button', { name: /^Like/ }).click();
     await row.getByRole('button', { name: /^Like/, pressed: true }).waitFor();
@@ -307,10 +311,27 @@ describe('in a real browser (Debian Chromium)', () => {
     expect(await page.getByRole('radio').count()).toBe(7);
     await page.getByLabel('clothes', { exact: true }).setInputFiles('docs/examples/fashion_swap/input-clothes.jpg');
     await page.getByLabel('person', { exact: true }).setInputFiles('docs/examples/fashion_swap/input-person.jpg');
+    await page.getByLabel('Results').selectOption('2');
     await page.getByRole('button', { name: 'Generate' }).click();
 
     await page.getByText('Done.').waitFor({ timeout: 30_000 });
     await resultRendered(page);
+    // The gallery of the example item's two results, each a real picture with its seed.
+    const results = page.locator('#outputs li');
+    await results.filter({ hasText: 'Result 2: seed 42' }).waitFor();
+    for (const picture of await page.locator('#outputs img').all()) {
+      const width = await picture.evaluate((element) => {
+        const shown = element as unknown as ImageElement;
+        if (shown.complete) return shown.naturalWidth;
+        return new Promise<number>((resolve) => {
+          for (const type of ['load', 'error'] as const) {
+            shown.addEventListener(type, () => resolve(shown.naturalWidth), { once: true });
+          }
+        });
+      });
+      expect(width).toBeGreaterThan(0);
+    }
+    expect(await results.count()).toBe(2);
     expect(await accessibilityProblems(page)).toEqual([]);
     expect(errors).toEqual([]);
     await page.close();
@@ -407,7 +428,7 @@ routes:
 
     await page.getByText('The bag alone, any background.').waitFor();
     expect(await page.getByLabel('note (optional)').getAttribute('maxlength')).toBe('40');
-    await page.getByLabel('person').setInputFiles('docs/examples/fashion_swap/input-person.jpg');
+    await page.getByLabel('person', { exact: true }).setInputFiles('docs/examples/fashion_swap/input-person.jpg');
     await page.getByLabel('bag', { exact: true }).setInputFiles('docs/examples/fashion_card/input-clothes.jpg');
     await page.getByLabel('note (optional)').fill('cross-body');
     await page.getByRole('button', { name: 'Generate' }).click();

@@ -546,8 +546,10 @@ function sendsJson(t) {
   return /^application\/json/.test(t.request.headers['Content-Type'] || '');
 }
 on('before', `${CREATE} > 202 > application/json`, async (t) => {
-  if (sendsJson(t)) setJsonBody(t, { tool: 'fashion_card', inputs: { clothes: await storedFile() } });
-  else useMultipart(t, validJobParts());
+  // With a seed, which the local engine takes (and ignores), and the one result it makes.
+  if (sendsJson(t))
+    setJsonBody(t, { tool: 'fashion_card', inputs: { clothes: await storedFile() }, seed: 7, num_outputs: 1 });
+  else useMultipart(t, [...validJobParts(), { name: 'seed', value: '7' }, { name: 'num_outputs', value: '1' }]);
   t.request.headers['Idempotency-Key'] = randomUUID();
 });
 on('after', `${CREATE} > 202 > application/json`, (t) => {

@@ -107,7 +107,7 @@ describe('CogServer against a fake Cog model', () => {
 
       const result = await sut.generate(job);
 
-      expect(result).toEqual({ kind: 'encoded', data: output });
+      expect(result).toEqual([{ kind: 'encoded', data: output }]);
       expect(fake.requests).toHaveLength(1);
       const [prediction] = fake.requests;
       expect(prediction).toMatchObject({ id: job.jobId, method: 'PUT', status: 'succeeded', dropped: [] });
@@ -161,7 +161,7 @@ describe('CogServer against a fake Cog model', () => {
 
       const result = await engine().generate(request());
 
-      expect(result).toEqual({ kind: 'encoded', data: output });
+      expect(result).toEqual([{ kind: 'encoded', data: output }]);
     });
     it('waits for the run an earlier attempt of the job left going, instead of starting a second one beside it', async () => {
       fake.behave(() => ({ kind: 'succeed', image: output, delayMs: 1500 }));
@@ -171,10 +171,54 @@ describe('CogServer against a fake Cog model', () => {
 
       const second = await engine().generate(job);
 
-      expect(second).toEqual({ kind: 'encoded', data: output });
+      expect(second).toEqual([{ kind: 'encoded', data: output }]);
       await first;
       expect(fake.requests[0].repeats).toBeGreaterThanOrEqual(1);
       expect(fake.calls.filter((call) => call.status === 409)).toEqual([]);
+    });
+  });
+
+  describe('seeds and variants', () => {
+    const VARIANT_SCHEMA: FakeCogSchema = {
+      ...VTON_SCHEMA,
+      properties: { ...VTON_SCHEMA.properties, seed: { type: 'integer' }, num_outputs: { type: 'integer' } },
+    };
+
+    it("sends the seed and how many results under the route's input names, and takes each item of a list output", async () => {
+      fake.setSchema(VARIANT_SCHEMA);
+      // A model taking num_outputs answers a list of that many images (a `List[Path]` output).
+      fake.behave((prediction) => ({ kind: 'succeed', as: 'list', count: prediction.texts['num_outputs'] as number }));
+      const sut = engine({ seedInput: 'seed', outputs: { input: 'num_outputs', max: 4 } });
+
+      const result = (await sut.generate(request({ seed: 42, outputs: 3 }))) as { kind: string; data: Buffer }[];
+
+      expect(fake.requests[0].texts).toMatchObject({ seed: 42, num_outputs: 3 });
+      expect(result.map((image) => image.kind)).toEqual(['encoded', 'encoded', 'encoded']);
+      expect(new Set(result.map((image) => sha256(image.data))).size).toBe(3);
+    });
+
+    it('takes no more items of a list than the run was asked for', async () => {
+      fake.behave(() => ({ kind: 'succeed', as: 'list', count: 3 }));
+
+      const result = await engine().generate(request());
+
+      expect(result).toHaveLength(1);
+    });
+
+    it("fails the job before any prediction when the route's seed or count input is not the model's", async () => {
+      const sut = engine({ seedInput: 'sede', outputs: { input: 'num_outputs', max: 4 } });
+
+      const failure = expectEngineFailed(await rejection(sut.generate(request({ seed: 1 }))));
+
+      expect(failure.message).toContain('"sede" (routes.fashion_swap_half/upper.seed)');
+      expect(failure.message).toContain('"num_outputs" (routes.fashion_swap_half/upper.num_outputs)');
+      expect(fake.requests).toEqual([]);
+    });
+
+    it('sends neither the seed nor a count on a route that declares no input for them', async () => {
+      await engine().generate(request({ seed: 42, outputs: 1 }));
+
+      expect(Object.keys(fake.requests[0].texts).sort()).toEqual(['category', 'garment_des']);
     });
   });
 
@@ -206,7 +250,7 @@ describe('CogServer against a fake Cog model', () => {
       const own = `${fake.url}/outputs/${job.jobId}.png`;
       fake.behave(() => ({ kind: 'succeed', image: output, as: { url: redirect(own) } }));
 
-      expect(await engine().generate(job)).toEqual({ kind: 'encoded', data: output });
+      expect(await engine().generate(job)).toEqual([{ kind: 'encoded', data: output }]);
       const download = fake.calls.find((call) => call.path === `/outputs/${job.jobId}.png`);
       expect(download?.headers['authorization']).toBe('Bearer secret');
     });
@@ -311,7 +355,7 @@ describe('CogServer against a fake Cog model', () => {
         prediction.attempt === 1 ? { kind: 'http', status: 500 } : { kind: 'succeed', image: output },
       );
 
-      expect(await engine().generate(request())).toEqual({ kind: 'encoded', data: output });
+      expect(await engine().generate(request())).toEqual([{ kind: 'encoded', data: output }]);
     });
 
     it('times out a run that does not end', async () => {
@@ -339,7 +383,7 @@ describe('CogServer against a fake Cog model', () => {
       const error = await rejection(limited.generate(request()));
 
       expectEngineFailed(error, /output is 200x100 px, more than the 19999 pixels OUTPUT_MAX_PIXELS allows/);
-      expect(await engine().generate(request())).toEqual({ kind: 'encoded', data: wide });
+      expect(await engine().generate(request())).toEqual([{ kind: 'encoded', data: wide }]);
     });
 
     it.each([

@@ -9,10 +9,11 @@ import {
   RunHandedOver,
   TransientEngineError,
   WorkerShutdown,
-  type EngineImage,
+  type EngineResult,
   type EngineRequest,
 } from '../../src/engines/index.js';
 import { ComfyServer } from '../../src/engines/index.js';
+import { onlyImage } from '../support/pixels.js';
 import type { AppConfig } from '../../src/config/config.js';
 import { EngineSlotQueue } from '../../src/jobs/engine-slot-queue.js';
 import { FAIL_FAST_OPTIONS, ServiceRedis } from '../../src/redis/redis.js';
@@ -82,7 +83,8 @@ async function request(extra: Partial<EngineRequest> = {}): Promise<EngineReques
   };
 }
 
-async function decoded(image: EngineImage): Promise<Metadata> {
+async function decoded(result: EngineResult): Promise<Metadata> {
+  const image = onlyImage(result);
   if (image.kind !== 'encoded') throw new Error(`expected an encoded image, got ${image.kind}`);
   return sharp(image.data).metadata();
 }
@@ -139,6 +141,30 @@ describe('ComfyUI engine against a fake ComfyUI server', () => {
     const seeds = fake.prompts.map(({ prompt }) => prompt['6'].inputs.seed);
     expect(seeds[0]).toBe(seeds[1]);
     expect(seeds[2]).not.toBe(seeds[0]);
+  });
+
+  it("sets the job's seed as sent, and the batch size, and returns every image of the output node's batch", async () => {
+    // txt2img: the latent comes from an EmptyLatentImage whose batch_size the route sets.
+    const workflow = structuredClone(WORKFLOW) as Record<string, ComfyWorkflow[string]>;
+    workflow['3'] = { class_type: 'EmptyLatentImage', inputs: { width: 64, height: 64, batch_size: 1 } };
+    delete workflow['2'];
+    const sut = server.engineFor({
+      ...route(workflow),
+      inputs: { prompt: { node: '4', input: 'text' } },
+      outputs: { batch: { node: '3', input: 'batch_size' } },
+    });
+
+    const result = (await sut.generate(await request({ images: {}, seed: 1234, outputs: 3 }))) as {
+      kind: string;
+      data: Buffer;
+    }[];
+
+    const [queued] = fake.prompts;
+    expect(queued.prompt['6'].inputs.seed).toBe(1234);
+    expect(queued.prompt['3'].inputs.batch_size).toBe(3);
+    expect(result).toHaveLength(3);
+    const colours = await Promise.all(result.map(async ({ data }) => (await sharp(data).stats()).channels[2].mean));
+    expect(new Set(colours).size).toBe(3);
   });
 
   it('draws the seed within the range a custom seed node declares, the same on every attempt of a job', async () => {
@@ -471,7 +497,7 @@ describe("ComfyUI engine in its engine's slots (EngineSlots on real Redis)", () 
       run(await request({ signal: new AbortController().signal })),
     ]).finally(() => queue.onApplicationShutdown());
 
-    expect(results.map((result) => result.kind)).toEqual(['encoded', 'encoded']);
+    expect(results.map((result) => onlyImage(result).kind)).toEqual(['encoded', 'encoded']);
     expect(fake.prompts.map(({ state }) => state)).toEqual(['lost', 'success', 'success']);
     // The lost prompt's job queued it again after the other job's prompt had ended, never beside it.
     expect(fake.maxInFlight).toBe(1);

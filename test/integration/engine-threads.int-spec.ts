@@ -7,11 +7,16 @@ import sharp from 'sharp';
 import type { Engine, EngineImage, EngineRequest } from '../../src/engines/index.js';
 import type { RenderedOutputs } from '../../src/engines/index.js';
 
+/** The local engine makes one image a run. */
+interface LocalEngine extends Engine {
+  generate(request: EngineRequest): Promise<EngineImage>;
+}
+
 interface InProcessEngine {
-  LocalEngine: new (options?: { limitInputPixels?: number }) => Engine;
+  LocalEngine: new (options?: { limitInputPixels?: number }) => LocalEngine;
 }
 interface ThreadedEngine {
-  ThreadedLocalEngine: new (threads: number, limitInputPixels: number) => Engine & { close(): Promise<void> };
+  ThreadedLocalEngine: new (threads: number, limitInputPixels: number) => LocalEngine & { close(): Promise<void> };
 }
 interface EngineErrors {
   PermanentEngineError: new (...args: never[]) => Error & { code: string };

@@ -6,12 +6,14 @@ import type { ReplicateRoute, ReplicateServerSetting } from '../../src/config/en
 import {
   PermanentEngineError,
   TransientEngineError,
-  type EngineImage,
+  type EngineResult,
   type EngineRequest,
 } from '../../src/engines/index.js';
 import { ReplicateServer } from '../../src/engines/index.js';
+import { onlyImage } from '../support/pixels.js';
 import {
   FLUX_KONTEXT_PRO,
+  FLUX_SCHNELL,
   REAL_ESRGAN,
   sha256,
   startFakeReplicate,
@@ -104,7 +106,8 @@ async function largeImage(): Promise<Buffer> {
     .toBuffer();
 }
 
-function bytesOf(image: EngineImage): Buffer {
+function bytesOf(result: EngineResult): Buffer {
+  const image = onlyImage(result);
   if (image.kind !== 'encoded') throw new Error(`expected the encoded image Replicate made, got ${image.kind}`);
   return image.data;
 }
@@ -177,6 +180,28 @@ describe('ReplicateEngine against the fake through Prism', () => {
     expect(fake.requests.map((r) => `${r.method} ${r.path}`)).toContain(
       `GET /models/${REAL_ESRGAN.name}/versions/${REAL_ESRGAN.version}`,
     );
+  });
+
+  it("sends the seed and num_outputs under the route's input names, and takes each file of the list output", async () => {
+    const sut = server().engineFor(
+      route({
+        model: FLUX_SCHNELL.name,
+        version: undefined,
+        inputs: { prompt: 'prompt' },
+        params: {},
+        seedInput: 'seed',
+        outputs: { input: 'num_outputs', max: 4 },
+      }),
+    );
+
+    const result = await sut.generate(
+      job(Buffer.alloc(0), { images: {}, texts: { prompt: 'a chair' }, seed: 7, outputs: 2 }),
+    );
+
+    expect(fake.predictions[0].input).toEqual({ prompt: 'a chair', seed: 7, num_outputs: 2 });
+    const images = result as { kind: string; data: Buffer }[];
+    expect(images).toHaveLength(2);
+    expect(sha256(images[0].data)).not.toBe(sha256(images[1].data));
   });
 
   it('sends an image over 1 MB through the files API and deletes the file after the job', async () => {

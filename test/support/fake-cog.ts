@@ -38,6 +38,11 @@ export type FakeCogAnswer =
       delayMs?: number;
       image?: Buffer;
       as?: 'data-uri' | 'url' | 'list' | { url: string };
+      /**
+       * With `list`, how many images the list holds (default 1), each of its own colour: what Cog answers for a model
+       * whose `predict` returns `List[Path]` (docs/python.md, "lists ... of those types"), each item a data URI.
+       */
+      count?: number;
       /** Holds the run until this settles, then runs `delayMs`: for a test to decide when a model finishes. */
       until?: Promise<unknown>;
     }
@@ -415,8 +420,14 @@ export async function startFakeCog(
       }
       if (answer.kind === 'fail') return finish({ status: 'failed', error: answer.error });
       void outputOf(answer).then(
-        (image) => {
+        async (image) => {
           record.output = sha256(image);
+          if (answer.as === 'list' && (answer.count ?? 1) > 1) {
+            const more = [];
+            for (let item = 1; item < answer.count!; item++) more.push(await outputOf(answer));
+            const uris = [image, ...more].map((each) => `data:image/png;base64,${each.toString('base64')}`);
+            return finish({ status: 'succeeded', output: uris });
+          }
           finish({ status: 'succeeded', output: present(id, image, answer.as ?? 'data-uri') });
         },
         () => response.destroy(),

@@ -52,7 +52,11 @@ const CORE_CLASSES: Record<string, FakeComfyClass> = {
   ImageCompositeMasked: { output: false, inputs: {} },
   CheckpointLoaderSimple: { output: false, inputs: {} },
   CLIPTextEncode: { output: false, inputs: {} },
-  EmptyLatentImage: { output: false, inputs: {} },
+  EmptyLatentImage: {
+    output: false,
+    // nodes.py: width and height in steps of 8, batch_size up to 4096; a batch gives the output node that many images.
+    inputs: { required: { batch_size: ['INT', { default: 1, min: 1, max: 4096 }] } },
+  },
   VAEEncode: { output: false, inputs: {} },
   VAEDecode: { output: false, inputs: {} },
   KSampler: {
@@ -320,13 +324,19 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
       }
       if (kind === 'LoadImage' && !loaded) loaded = files.get(`input/${String(prompt[node].inputs.image)}`);
       if (classes.get(kind)?.output) {
-        outputCount++;
-        const filename = `ComfyUI_${String(outputCount).padStart(5, '0')}_.png`;
-        const image = loaded
-          ? sharp(loaded).tint({ r: 255, g: 120, b: 40 })
-          : sharp({ create: { width: 64, height: 64, channels: 3, background: { r: 200, g: 90, b: 30 } } });
-        files.set(`output//${filename}`, await image.png().toBuffer());
-        const images = [{ filename, subfolder: '', type: 'output' }];
+        // SaveImage writes each image of the batch under a counter of its own, listed in order in `images`.
+        const images = [];
+        for (let item = 0; item < batchSizeOf(prompt); item++) {
+          outputCount++;
+          const filename = `ComfyUI_${String(outputCount).padStart(5, '0')}_.png`;
+          const image = loaded
+            ? sharp(loaded).tint({ r: 255, g: 120, b: 40 + item * 50 })
+            : sharp({
+                create: { width: 64, height: 64, channels: 3, background: { r: 200, g: 90, b: 30 + item * 50 } },
+              });
+          files.set(`output//${filename}`, await image.png().toBuffer());
+          images.push({ filename, subfolder: '', type: 'output' });
+        }
         outputs[node] = { images };
         send(clientId, 'executed', { node, display_node: node, output: { images }, prompt_id: promptId });
       }
@@ -646,6 +656,13 @@ export async function startFakeComfy(initial: Partial<FakeComfySwitches> = {}): 
  * `validate_inputs`' checks of a node's INT and FLOAT values (links are checked at their source): each value is
  * converted as Python's `int()` or `float()` would, then held to the spec's `min` and `max`.
  */
+/** The latent batch a prompt decodes: its EmptyLatentImage's `batch_size`, or 1 for a prompt without one. */
+function batchSizeOf(prompt: Record<string, { class_type: unknown; inputs?: Record<string, unknown> }>): number {
+  const latent = Object.values(prompt).find((node) => node.class_type === 'EmptyLatentImage');
+  const size = Number(latent?.inputs?.batch_size ?? 1);
+  return Number.isInteger(size) && size > 0 ? size : 1;
+}
+
 function numberErrors(inputs: FakeComfyInputs, values: Record<string, unknown>): Record<string, unknown>[] {
   const errors: Record<string, unknown>[] = [];
   for (const [name, spec] of Object.entries({ ...inputs.required, ...inputs.optional })) {

@@ -59,6 +59,14 @@ export const FLUX_KONTEXT_PRO: FakeModel = {
   inputs: ['prompt', 'input_image', 'aspect_ratio', 'output_format', 'safety_tolerance', 'seed'],
 };
 
+/** An official model with a `num_outputs` input (1 to 4), whose output is then a list of that many files. */
+export const FLUX_SCHNELL: FakeModel = {
+  name: 'black-forest-labs/flux-schnell',
+  version: '0'.repeat(64),
+  official: true,
+  inputs: ['prompt', 'seed', 'num_outputs', 'aspect_ratio', 'output_format', 'go_fast'],
+};
+
 export interface FakePredictionRecord {
   id: string;
   /** `model` when created by `POST /models/{owner}/{name}/predictions`, `version` by `POST /predictions`. */
@@ -123,7 +131,7 @@ interface Prediction extends FakePredictionRecord {
   startedAt?: string;
   completedAt?: string;
   logs: string;
-  output: string | null;
+  output: string | string[] | null;
   error: string | null;
   received: Record<string, unknown>;
   plan: FakeRun;
@@ -158,7 +166,7 @@ export function sha256(data: Buffer | Uint8Array): string {
 export async function startFakeReplicate(
   options: { models?: readonly FakeModel[]; token?: string } = {},
 ): Promise<FakeReplicate> {
-  const models = options.models ?? [REAL_ESRGAN, FLUX_KONTEXT_PRO];
+  const models = options.models ?? [REAL_ESRGAN, FLUX_KONTEXT_PRO, FLUX_SCHNELL];
   const token = options.token ?? `r8_${randomBytes(12).toString('hex')}`;
   const byId = new Map<string, Prediction>();
   const fileData = new Map<string, { record: FakeFileRecord; body: object }>();
@@ -236,7 +244,7 @@ export async function startFakeReplicate(
     response.on('finish', () => (record.status = response.statusCode));
     if (!url.pathname.startsWith('/v1/')) return problem(response, 404, 'Not found', 'Not found');
 
-    const output = /^\/outputs\/([a-z0-9]+)\.png$/.exec(path);
+    const output = /^\/outputs\/([a-z0-9]+(?:-\d+)?)\.png$/.exec(path);
     if (method === 'GET' && output) {
       const png = outputs.get(output[1]);
       if (!png) return problem(response, 404, 'Not found', 'Not found');
@@ -435,10 +443,18 @@ export async function startFakeReplicate(
         end(prediction, 'failed');
         return;
       }
-      outputsMade++;
-      const colour = `#${(((outputsMade * 2654435761) >>> 8) & 0xffffff).toString(16).padStart(6, '0')}`;
-      outputs.set(prediction.id, await makeImage(256, 320, 'png', colour));
-      prediction.output = `${fake.publicUrl}/outputs/${prediction.id}.png`;
+      // A model with a `num_outputs` input (black-forest-labs/flux-schnell, say) answers a list of that many files.
+      const count = prediction.received['num_outputs'];
+      const names = typeof count === 'number' ? Array.from({ length: count }, (_, n) => `${prediction.id}-${n}`) : [];
+      for (const name of names.length > 0 ? names : [prediction.id]) {
+        outputsMade++;
+        const colour = `#${(((outputsMade * 2654435761) >>> 8) & 0xffffff).toString(16).padStart(6, '0')}`;
+        outputs.set(name, await makeImage(256, 320, 'png', colour));
+      }
+      prediction.output =
+        names.length > 0
+          ? names.map((name) => `${fake.publicUrl}/outputs/${name}.png`)
+          : `${fake.publicUrl}/outputs/${prediction.id}.png`;
       end(prediction, 'succeeded');
     });
   }

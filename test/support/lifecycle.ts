@@ -53,7 +53,11 @@ export async function pendingItem(app: INestApplicationContext, userId: string):
   await app.get<ObjectStore>(INPUT_STORE).put(key, Buffer.from(`the photo of ${id}`));
   const input = { key, format: 'jpeg' as const, width: 64, height: 64, bytes: 10 };
   const item = { id, userId, tool: 'default', generationType: 'default', inputs: { image: input }, texts: {} };
-  if (!(await app.get(JobLifecycle).accept({ ...item, webhookUrl: null, webhookEvents: null }, 1000))) {
+  if (
+    !(await app
+      .get(JobLifecycle)
+      .accept({ ...item, webhookUrl: null, webhookEvents: null, seed: null, numOutputs: 1 }, 1000))
+  ) {
     throw new Error('the item was refused');
   }
   return id;

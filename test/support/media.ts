@@ -26,6 +26,7 @@ interface ItemUrls {
   stock_url: string | null;
   output_url: string | null;
   media_urls_expire_at: string | null;
+  outputs?: { preview_url: string; stock_url: string; output_url: string; seed: number | null }[] | null;
 }
 
 /** An item with its media URLs unsigned and without their expiry: what two reads of an unchanged item share. */
@@ -38,5 +39,14 @@ export function unsignedItem<T extends ItemUrls>(item: T): Omit<T, 'media_urls_e
     preview_url: strip(item.preview_url),
     stock_url: strip(item.stock_url),
     output_url: strip(item.output_url),
+    ...(item.outputs !== undefined && {
+      outputs:
+        item.outputs?.map((output) => ({
+          ...output,
+          preview_url: unsigned(output.preview_url),
+          stock_url: unsigned(output.stock_url),
+          output_url: unsigned(output.output_url),
+        })) ?? null,
+    }),
   };
 }

@@ -1,7 +1,7 @@
 /** Pixel comparisons for the engines' tests: what changed where between an input and an output. */
 import sharp from 'sharp';
 
-import type { EngineImage } from '../../src/engines/index.js';
+import type { EngineImage, EngineResult } from '../../src/engines/index.js';
 
 // Math functions as module constants: a global lookup per call is very slow inside Jest's vm contexts.
 const { abs } = Math;
@@ -22,6 +22,13 @@ export async function decode(input: Buffer): Promise<Raw> {
     .raw()
     .toBuffer({ resolveWithObject: true });
   return { data, width: info.width, height: info.height, channels: info.channels };
+}
+
+/** The one image of a run that was to make one. */
+export function onlyImage(result: EngineResult): EngineImage {
+  const images = Array.isArray(result) ? (result as readonly EngineImage[]) : [result as EngineImage];
+  if (images.length !== 1) throw new Error(`expected one image, got ${images.length}`);
+  return images[0];
 }
 
 export function raw(image: EngineImage): Raw {

@@ -9,7 +9,7 @@ import {
   sleep,
   type RemoteHttp,
 } from '../remote-http.js';
-import { describeMissing, namesNotInSchema } from '../model-inputs.js';
+import { describeMissing, type NameSection, namesNotInSchema, settingOf } from '../model-inputs.js';
 
 /** The input names of the model a Cog server serves, from its schema. */
 export type CogInputs = ReadonlySet<string>;
@@ -58,13 +58,13 @@ export class CogEngine implements Engine {
     private readonly modelInputs: (signal: AbortSignal | undefined) => Promise<CogInputs>,
   ) {}
 
-  async generate(request: EngineRequest): Promise<Extract<EngineImage, { kind: 'encoded' }>> {
+  async generate(request: EngineRequest): Promise<Extract<EngineImage, { kind: 'encoded' }>[]> {
     request.signal?.throwIfAborted();
     this.checkInputs(await this.modelInputs(request.signal));
-    const data = await this.fetchOutput(request);
-    await this.http.verifyImage(data);
+    const images = await this.fetchOutputs(request);
+    for (const data of images) await this.http.verifyImage(data);
     request.signal?.throwIfAborted();
-    return { kind: 'encoded', data };
+    return images.map((data) => ({ kind: 'encoded', data }));
   }
 
   /** Cog drops input names it does not know without a word, so a mapping mistake would run the model wrongly. */
@@ -80,9 +80,9 @@ export class CogEngine implements Engine {
   }
 
   /** The setting a name comes from, as the operator wrote it. */
-  private where(section: 'inputs' | 'params', name: string): string {
+  private where(section: NameSection, name: string): string {
     if (this.route.passGenerationType) return `${this.shortcut()}, input ${name}`;
-    return `routes.${this.route.key}.${section}.${name}`;
+    return settingOf(this.route.key, section, name);
   }
 
   private shortcut(): string {
@@ -90,16 +90,19 @@ export class CogEngine implements Engine {
   }
 
   /** Separate from {@link generate} so that the request body and the raw answer are dropped once decoded. */
-  private async fetchOutput(request: EngineRequest): Promise<Buffer> {
-    const output = await this.predict(request);
-    if (output.kind === 'bytes') return output.data;
-    return this.http.download(output.url, request.signal);
+  private async fetchOutputs(request: EngineRequest): Promise<Buffer[]> {
+    const images: Buffer[] = [];
+    for (const output of await this.predict(request)) {
+      images.push(output.kind === 'bytes' ? output.data : await this.http.download(output.url, request.signal));
+    }
+    return images;
   }
 
-  private async predict(request: EngineRequest): Promise<PredictionOutput> {
+  private async predict(request: EngineRequest): Promise<PredictionOutput[]> {
     const body = buildPredictionBody(this.route, request);
     // An answer to a repeated PUT echoes the input; a final one carries the output base64-encoded, plus logs.
-    const maxBytes = body.length + base64Length(this.limits.maxOutputBytes) + RESPONSE_SLACK_BYTES;
+    const maxBytes =
+      body.length + base64Length(this.limits.maxOutputBytes) * (request.outputs ?? 1) + RESPONSE_SLACK_BYTES;
     const path = `/predictions/${encodeURIComponent(request.jobId)}`;
     const signal = request.signal;
     let canceled: Promise<void> | undefined;
@@ -135,7 +138,7 @@ export class CogEngine implements Engine {
         // The model is done with the job: the next job may have the server while this one reads its output.
         await request.slot?.free();
         await request.runs?.remember(`${FINISHED}${Date.now()}`).catch(() => undefined);
-        return this.readOutput(prediction, signal);
+        return this.readOutputs(prediction, request.outputs ?? 1, signal);
       }
     } catch (error) {
       // The GPU is freed before the job's stop is reported.
@@ -167,7 +170,15 @@ export class CogEngine implements Engine {
       .catch(() => undefined);
   }
 
-  private readOutput(prediction: Record<string, unknown>, signal: AbortSignal | undefined): PredictionOutput {
+  /**
+   * The images a succeeded prediction made, at most `wanted`: its output, or the items of a list (Cog answers a list for
+   * a model whose `predict` returns `List[Path]`, or an iterator of them), in order.
+   */
+  private readOutputs(
+    prediction: Record<string, unknown>,
+    wanted: number,
+    signal: AbortSignal | undefined,
+  ): PredictionOutput[] {
     const status = prediction['status'];
     if (status === 'failed') {
       const error = typeof prediction['error'] === 'string' ? prediction['error'] : '';
@@ -182,8 +193,15 @@ export class CogEngine implements Engine {
       throw engineFailed(`Cog prediction has no usable output: status ${shown}, expected 'succeeded'`);
     }
 
-    let output = prediction['output'];
-    if (Array.isArray(output)) output = output[0];
+    const output = prediction['output'];
+    const outputs: unknown[] = Array.isArray(output) ? output.slice(0, wanted) : [output];
+    if (outputs.length === 0) {
+      throw engineFailed('Cog prediction succeeded without an image output (expected a data URI or an http(s) URL)');
+    }
+    return outputs.map((item) => this.readOutput(item));
+  }
+
+  private readOutput(output: unknown): PredictionOutput {
     if (typeof output !== 'string' || output.length === 0) {
       throw engineFailed('Cog prediction succeeded without an image output (expected a data URI or an http(s) URL)');
     }
@@ -204,7 +222,7 @@ export class CogEngine implements Engine {
  */
 function buildPredictionBody(
   route: CogRoute,
-  request: Pick<EngineRequest, 'generationType' | 'images' | 'texts'>,
+  request: Pick<EngineRequest, 'generationType' | 'images' | 'texts' | 'seed' | 'outputs'>,
 ): Buffer {
   const seen = new Set<string>();
   const claim = (name: string): string => {
@@ -222,6 +240,11 @@ function buildPredictionBody(
   }
   for (const [name, value] of Object.entries(route.params)) segments.push(claim(name) + JSON.stringify(value));
   if (route.passGenerationType) segments.push(claim(GENERATION_TYPE) + JSON.stringify(request.generationType));
+  if (route.seedInput !== undefined && request.seed !== undefined) {
+    segments.push(claim(route.seedInput) + JSON.stringify(request.seed));
+  }
+  if (typeof route.outputs === 'object')
+    segments.push(claim(route.outputs.input) + JSON.stringify(request.outputs ?? 1));
   segments.push('}}');
 
   let size = 0;

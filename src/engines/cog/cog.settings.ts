@@ -1,7 +1,7 @@
 import { POOL_PROPERTIES, poolSetting } from '../pool/pool.settings.js';
 import type { EngineKind } from '../../config/engines-file.js';
 import type { CogServerSetting, CogRoute, InputNames } from '../../config/engine-settings.js';
-import { checkModelRoute, MODEL_INPUTS } from '../model-routes.js';
+import { checkModelRoute, MODEL_INPUTS, MODEL_VARIANTS, modelVariants } from '../model-routes.js';
 
 /** A Cog server (its URL, or a pool of them), and a route to its model: the tool's inputs by the model's input names, and fixed params. */
 export const COG_SETTINGS: EngineKind<CogServerSetting, CogRoute> = {
@@ -12,7 +12,7 @@ export const COG_SETTINGS: EngineKind<CogServerSetting, CogRoute> = {
   },
   route: {
     required: ['inputs'],
-    properties: { inputs: MODEL_INPUTS, params: { type: 'object' } },
+    properties: { inputs: MODEL_INPUTS, params: { type: 'object' }, ...MODEL_VARIANTS },
     build(raw, base, context) {
       checkModelRoute(raw, context);
       return {
@@ -21,6 +21,7 @@ export const COG_SETTINGS: EngineKind<CogServerSetting, CogRoute> = {
         inputs: raw.inputs as InputNames,
         params: (raw.params ?? {}) as Record<string, unknown>,
         passGenerationType: false,
+        ...modelVariants(raw, context),
       };
     },
   },

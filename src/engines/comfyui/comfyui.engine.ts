@@ -92,16 +92,16 @@ export class ComfyEngine implements Engine {
     this.nodeCount = Object.keys(route.workflow).length;
   }
 
-  async generate(request: EngineRequest): Promise<EngineImage> {
+  async generate(request: EngineRequest): Promise<Extract<EngineImage, { kind: 'encoded' }>[]> {
     request.signal?.throwIfAborted();
     this.checked ??= this.checkNodeClasses().catch((error: unknown) => {
       this.checked = undefined;
       throw error;
     });
     const seeds = await abortable(this.checked, request.signal);
-    const data = await this.run(request, seeds);
-    await this.server.http.verifyImage(data);
-    return { kind: 'encoded', data };
+    const images = await this.run(request, seeds);
+    for (const data of images) await this.server.http.verifyImage(data);
+    return images.map((data) => ({ kind: 'encoded', data }));
   }
 
   /**
@@ -153,7 +153,7 @@ export class ComfyEngine implements Engine {
    * id of its own instead of finding the stopped prompt's history. At the worker's shutdown the prompt is left to run,
    * its record as it was, for the next attempt to follow.
    */
-  private async run(request: EngineRequest, seeds: SeedRange): Promise<Buffer> {
+  private async run(request: EngineRequest, seeds: SeedRange): Promise<Buffer[]> {
     const { signal } = request;
     const active: Active = { run: 1 };
     try {
@@ -195,9 +195,9 @@ export class ComfyEngine implements Engine {
   }
 
   /** The prompt's output, its turn on the server given back first: fetching the image is not the GPU's work. */
-  private async outputOnceDone(entry: HistoryEntry, request: EngineRequest): Promise<Buffer> {
+  private async outputOnceDone(entry: HistoryEntry, request: EngineRequest): Promise<Buffer[]> {
     await request.slot?.free();
-    return this.output(entry, request.signal);
+    return this.outputs(entry, request.outputs ?? 1, request.signal);
   }
 
   /** An earlier attempt's prompt, queued or being sent: followed if queued or running, read if finished. */
@@ -221,7 +221,7 @@ export class ComfyEngine implements Engine {
     const uploads = await this.upload(request);
     // The inputs are on the server: the job takes its turn on the GPU to queue them.
     await request.slot?.take();
-    const prompt = buildPrompt(this.route, request.jobId, uploads, request.texts, seeds);
+    const prompt = buildPrompt(this.route, request, uploads, seeds);
     const promptId = promptIdFor(request.jobId, run);
     await request.runs?.remember(encodeRun({ promptId, run, state: 'sending' }));
     active.promptId = promptId;
@@ -410,8 +410,11 @@ export class ComfyEngine implements Engine {
     return entry ? { kind: 'finished', entry } : undefined;
   }
 
-  /** The output node's first image, read with `GET /view`; a failed or interrupted prompt fails the job. */
-  private async output(entry: HistoryEntry, signal: AbortSignal | undefined): Promise<Buffer> {
+  /**
+   * The output node's images, at most `wanted` (a batch gives one per latent), each read with `GET /view`; a failed or
+   * interrupted prompt fails the job.
+   */
+  private async outputs(entry: HistoryEntry, wanted: number, signal: AbortSignal | undefined): Promise<Buffer[]> {
     const messages = Array.isArray(entry.status?.messages) ? entry.status.messages : [];
     const failure = messages.find(([type]) => type === 'execution_error');
     if (failure) throw executionError(failure[1]);
@@ -420,21 +423,25 @@ export class ComfyEngine implements Engine {
     }
     if (entry.status?.status_str === 'error') throw engineFailed('ComfyUI ended the prompt with an error');
     const node = this.route.output.node;
-    const image = entry.outputs?.[node]?.images?.[0];
-    if (typeof image?.filename !== 'string') {
+    const images = (entry.outputs?.[node]?.images ?? []).slice(0, wanted);
+    if (images.length === 0 || images.some((image) => typeof image.filename !== 'string')) {
       const kind = this.route.workflow[node]?.class_type ?? 'node';
       throw engineFailed(
         `ComfyUI's output node ${node} (${kind}) of ${this.route.workflowFile} gave no image`,
         `The workflow's output node ${node} (${kind}) gave no image.`,
       );
     }
-    const view = this.server.http.url('/view');
-    view.search = new URLSearchParams({
-      filename: image.filename,
-      subfolder: typeof image.subfolder === 'string' ? image.subfolder : '',
-      type: typeof image.type === 'string' ? image.type : 'output',
-    }).toString();
-    return this.server.http.download(view.toString(), signal);
+    const read: Buffer[] = [];
+    for (const image of images) {
+      const view = this.server.http.url('/view');
+      view.search = new URLSearchParams({
+        filename: image.filename as string,
+        subfolder: typeof image.subfolder === 'string' ? image.subfolder : '',
+        type: typeof image.type === 'string' ? image.type : 'output',
+      }).toString();
+      read.push(await this.server.http.download(view.toString(), signal));
+    }
+    return read;
   }
 }
 

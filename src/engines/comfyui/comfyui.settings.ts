@@ -32,6 +32,8 @@ export const COMFYUI_SETTINGS: EngineKind<ComfyServerSetting, ComfyRoute> = {
       inputs: { type: 'object', additionalProperties: NODE_INPUT },
       output: { type: 'object', additionalProperties: false, required: ['node'], properties: { node: NODE_ID } },
       seed: { ...NODE_INPUT, required: ['node', 'input'] },
+      batch: { ...NODE_INPUT, required: ['node', 'input'] },
+      repeat: { type: 'boolean', description: 'run the workflow once for each result, with seeds seed, seed+1, ...' },
     },
     build(raw, base, context) {
       const { at, problem } = context;
@@ -79,11 +81,22 @@ export const COMFYUI_SETTINGS: EngineKind<ComfyServerSetting, ComfyRoute> = {
         if (!workflow[node]) problem(`${at}.seed.node: node "${node}" is not in ${workflowFile}`);
         else if (settable(node, input, `${at}.seed.input`)) seed = { node, input };
       }
+      let batch: ComfyNodeInput | undefined;
+      if (raw.batch) {
+        const { node: batchNode, input } = raw.batch as { node: string | number; input: string };
+        const node = String(batchNode);
+        if (!workflow[node]) problem(`${at}.batch.node: node "${node}" is not in ${workflowFile}`);
+        else if (settable(node, input, `${at}.batch.input`)) batch = { node, input };
+      }
+      if (raw.batch && raw.repeat === true)
+        problem(`${at}.repeat: the workflow makes a batch already; set one of them`);
+      const outputs = batch ? { batch } : raw.repeat === true ? ('repeat' as const) : undefined;
       // Two values set into one node input: the last would win and the other would never reach the model.
       const filled = new Map<string, string>();
       const targets = [
         ...Object.entries(inputs).map(([name, target]) => [`${at}.inputs.${name}`, target] as const),
         ...(seed ? [[`${at}.seed`, seed] as const] : []),
+        ...(batch ? [[`${at}.batch`, batch] as const] : []),
       ];
       for (const [where, { node, input }] of targets) {
         const slot = `${node}\0${input}`;
@@ -91,7 +104,16 @@ export const COMFYUI_SETTINGS: EngineKind<ComfyServerSetting, ComfyRoute> = {
         if (first) problem(`${where}: node "${node}" input "${input}" is already set by ${first}`);
         else filled.set(slot, where);
       }
-      return { ...base, kind: 'comfyui', workflowFile, workflow, inputs, output: { node: outputNode }, seed };
+      return {
+        ...base,
+        kind: 'comfyui',
+        workflowFile,
+        workflow,
+        inputs,
+        output: { node: outputNode },
+        seed,
+        ...(outputs && { outputs }),
+      };
     },
   },
 };

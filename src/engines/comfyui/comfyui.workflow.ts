@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { ComfyRoute, ComfyWorkflow } from '../../config/engine-settings.js';
+import type { EngineRequest } from '../engine.js';
 import { quote } from '../remote-http.js';
 
 /**
@@ -63,16 +64,16 @@ export interface UploadedImage {
 
 /**
  * The route's workflow with the job's values: each image input's uploaded file in its loader's input (as
- * `subfolder/name`, how LoadImage names a file below the input folder), each text in its node input, and the seed.
+ * `subfolder/name`, how LoadImage names a file below the input folder), each text in its node input, the seed (the job's, else drawn from its id) and the batch size.
  * The route's workflow itself is left as it is.
  */
 export function buildPrompt(
-  route: Pick<ComfyRoute, 'workflow' | 'inputs' | 'seed'>,
-  jobId: string,
+  route: Pick<ComfyRoute, 'workflow' | 'inputs' | 'seed' | 'outputs'>,
+  request: Pick<EngineRequest, 'jobId' | 'texts' | 'seed' | 'outputs'>,
   uploads: Readonly<Record<string, UploadedImage>>,
-  texts: Readonly<Record<string, string>>,
   seeds: SeedRange,
 ): ComfyWorkflow {
+  const { jobId, texts } = request;
   const prompt = structuredClone(route.workflow) as Record<
     string,
     { class_type: string; inputs: Record<string, unknown> }
@@ -84,7 +85,14 @@ export function buildPrompt(
       prompt[target.node].inputs[target.input] = upload.subfolder ? `${upload.subfolder}/${upload.name}` : upload.name;
     else if (text !== undefined) prompt[target.node].inputs[target.input] = text;
   }
-  if (route.seed) prompt[route.seed.node].inputs[route.seed.input] = seedFor(jobId, seeds);
+  if (route.seed) {
+    // The job's seed as it is where the input takes it (0 to 2^32 - 1 fits every usual seed input), else within range.
+    prompt[route.seed.node].inputs[route.seed.input] =
+      request.seed === undefined ? seedFor(jobId, seeds) : seeds.first + (request.seed % seeds.count);
+  }
+  if (typeof route.outputs === 'object') {
+    prompt[route.outputs.batch.node].inputs[route.outputs.batch.input] = request.outputs ?? 1;
+  }
   return prompt;
 }
 

@@ -4,7 +4,7 @@ import type { PoolSetting, ServerBase } from '../../config/engine-settings.js';
 import {
   EngineTimeoutError,
   type Engine,
-  type EngineImage,
+  type EngineResult,
   type EngineRequest,
   type EngineServer,
   type RunRecord,
@@ -152,7 +152,7 @@ export class ServerPool<Route extends object> implements EngineServer<Route>, Po
     await Promise.all([...this.members.values()].map((member) => member.served.close()));
   }
 
-  private async generate(route: Route, request: EngineRequest): Promise<EngineImage> {
+  private async generate(route: Route, request: EngineRequest): Promise<EngineResult> {
     await this.ready();
     const recorded = decodePooledRun(await request.runs?.recall());
     const followed = recorded && this.members.get(recorded.server);

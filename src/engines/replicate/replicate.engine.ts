@@ -24,7 +24,7 @@ import {
   sleep,
   type RemoteHttp,
 } from '../remote-http.js';
-import { describeMissing, KeptInputNames, namesNotInSchema, schemaInputNames } from '../model-inputs.js';
+import { describeMissing, KeptInputNames, namesNotInSchema, schemaInputNames, settingOf } from '../model-inputs.js';
 
 /** Images up to this size go inline as data URIs; larger ones through the files API. */
 const DATA_URI_MAX_BYTES = 1024 * 1024;
@@ -63,7 +63,7 @@ export class ReplicateEngine implements Engine {
     private readonly limits: EngineLimits,
   ) {}
 
-  async generate(request: EngineRequest): Promise<Extract<EngineImage, { kind: 'encoded' }>> {
+  async generate(request: EngineRequest): Promise<Extract<EngineImage, { kind: 'encoded' }>[]> {
     const { signal, runs } = request;
     signal?.throwIfAborted();
     let run = await this.resume(runs, signal);
@@ -90,8 +90,8 @@ export class ReplicateEngine implements Engine {
       await request.slot?.free();
       // The record stays: should storing the result fail, the job's next attempt reads this prediction's output again
       // instead of paying for another. The worker forgets it once the job's outcome is committed.
-      const data = await this.output(prediction, signal);
-      return { kind: 'encoded', data };
+      const images = await this.outputs(prediction, request.outputs ?? 1, signal);
+      return images.map((data) => ({ kind: 'encoded', data }));
     } catch (error) {
       // At the worker's shutdown a started prediction runs on, its files with it, for the next attempt to follow.
       if (handsOver(signal) && run) throw new RunHandedOver(`Replicate prediction ${run.state.prediction}`);
@@ -118,11 +118,7 @@ export class ReplicateEngine implements Engine {
     if (!this.route.model) return;
     const known = await this.inputs.get(signal);
     if (!known) return;
-    const missing = namesNotInSchema(
-      this.route,
-      known,
-      (section, name) => `routes.${this.route.key}.${section}.${name}`,
-    );
+    const missing = namesNotInSchema(this.route, known, (section, name) => settingOf(this.route.key, section, name));
     if (missing.length === 0) return;
     const what = describeMissing(missing, known);
     throw engineFailed(`Replicate model ${this.route.model} has ${what}`, `The model has ${what}`);
@@ -207,6 +203,9 @@ export class ReplicateEngine implements Engine {
   /** The model's input: the route's params, then each mapped tool input under the model's name for it. */
   private async input(request: EngineRequest, files: string[]): Promise<Record<string, unknown>> {
     const input: Record<string, unknown> = { ...this.route.params };
+    const { seedInput, outputs } = this.route;
+    if (seedInput !== undefined && request.seed !== undefined) input[seedInput] = request.seed;
+    if (typeof outputs === 'object') input[outputs.input] = request.outputs ?? 1;
     for (const [name, modelName] of Object.entries(this.route.inputs)) {
       const image = request.images[name];
       if (image) input[modelName] = await this.imageInput(name, image, files, request.signal);
@@ -250,23 +249,33 @@ export class ReplicateEngine implements Engine {
     }
   }
 
-  /** The image a succeeded prediction made: its output, or the first item of it, as a URL or a data URI. */
-  private async output(prediction: Prediction, signal: AbortSignal | undefined): Promise<Buffer> {
+  /**
+   * The images a succeeded prediction made, at most `wanted`: its output, or the items of a list (a model with a
+   * `num_outputs` input answers one), each a URL or a data URI.
+   */
+  private async outputs(prediction: Prediction, wanted: number, signal: AbortSignal | undefined): Promise<Buffer[]> {
     const what = `Replicate prediction ${prediction.id}`;
     if (prediction.status === 'failed') {
       const message = typeof prediction.error === 'string' ? prediction.error : '';
       throw engineFailed(`${what} failed: ${quote(message) || '(no error message)'}`, message || undefined);
     }
     if (prediction.status !== 'succeeded') throw engineFailed(`${what} ended ${prediction.status}`);
-    const output: unknown = Array.isArray(prediction.output) ? prediction.output[0] : prediction.output;
-    if (typeof output !== 'string' || output.length === 0) {
-      throw engineFailed(`${what} succeeded without an image output (expected a URL or a data URI)`);
+    const outputs: unknown[] = Array.isArray(prediction.output)
+      ? prediction.output.slice(0, wanted)
+      : [prediction.output];
+    const images: Buffer[] = [];
+    for (const output of outputs) {
+      if (typeof output !== 'string' || output.length === 0) {
+        throw engineFailed(`${what} succeeded without an image output (expected a URL or a data URI)`);
+      }
+      const data = /^data:/i.test(output)
+        ? decodeDataUri(output, this.limits.maxOutputBytes, 'Replicate')
+        : await this.downloads.download(output, signal);
+      await this.downloads.verifyImage(data);
+      images.push(data);
     }
-    const data = /^data:/i.test(output)
-      ? decodeDataUri(output, this.limits.maxOutputBytes, 'Replicate')
-      : await this.downloads.download(output, signal);
-    await this.downloads.verifyImage(data);
-    return data;
+    if (images.length === 0) throw engineFailed(`${what} succeeded without an image output (an empty list)`);
+    return images;
   }
 
   /**

@@ -1,6 +1,6 @@
 import type { EngineKind } from '../../config/engines-file.js';
 import type { InputNames, ReplicateRoute, ReplicateServerSetting } from '../../config/engine-settings.js';
-import { checkModelRoute, MODEL_INPUTS } from '../model-routes.js';
+import { checkModelRoute, MODEL_INPUTS, MODEL_VARIANTS, modelVariants } from '../model-routes.js';
 
 /** Replicate's HTTP API, unless `base_url` says otherwise (tests point it elsewhere). */
 const BASE_URL = 'https://api.replicate.com/v1';
@@ -32,6 +32,7 @@ export const REPLICATE_SETTINGS: EngineKind<ReplicateServerSetting, ReplicateRou
       version: { type: 'string', pattern: '^[0-9a-f]{64}$', description: 'a model version id: 64 hex digits' },
       inputs: MODEL_INPUTS,
       params: { type: 'object' },
+      ...MODEL_VARIANTS,
     },
     build(raw, base, context) {
       checkModelRoute(raw, context);
@@ -48,6 +49,7 @@ export const REPLICATE_SETTINGS: EngineKind<ReplicateServerSetting, ReplicateRou
         version: raw.version as string | undefined,
         inputs: raw.inputs as InputNames,
         params: (raw.params ?? {}) as Record<string, unknown>,
+        ...modelVariants(raw, context),
       };
     },
   },

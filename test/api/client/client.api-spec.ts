@@ -162,6 +162,18 @@ describe('the typed client against the service', () => {
     expect(again.history_item_id).toBe(first.history_item_id);
   }, 60_000);
 
+  it("sends a seed, reads it back on the item's outputs, and hears unsupported_option for more results than the engine makes", async () => {
+    const { history_item_id: id } = await client.createJob({ ...(await tryOn()), seed: 31337, wait: 30 });
+    const tooMany = await client.createJob({ ...(await tryOn()), numOutputs: 2 }).catch((error: unknown) => error);
+
+    const item = await client.item(id);
+    expect(item.outputs).toEqual([
+      { preview_url: item.preview_url, stock_url: item.stock_url, output_url: item.output_url, seed: 31337 },
+    ]);
+    expect(tooMany).toMatchObject({ name: 'ServiceError', status: 422, code: 'unsupported_option' });
+    expect((tooMany as ServiceError).problem?.errors?.map((field) => field.field)).toEqual(['num_outputs']);
+  }, 60_000);
+
   it('likes an item, finds it in the history pages, and deletes it', async () => {
     const { history_item_id: id } = await client.createJob({ ...(await tryOn()), wait: 30 });
 
@@ -374,6 +386,7 @@ describe('the typed client following the progress of a job', () => {
     progress,
     expires_at: null,
     media_urls_expire_at: null,
+    outputs: null,
     webhook: null,
     started_at: progress === null ? null : '2025-06-01T12:00:01.000Z',
     queue_position: null,

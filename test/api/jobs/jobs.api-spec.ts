@@ -177,6 +177,15 @@ describe('job creation with a worker running', () => {
           // Kept until deleted: this service runs without HISTORY_RETENTION.
           expires_at: null,
           media_urls_expire_at: expect.any(String),
+          // The one result the local engine makes, with the seed drawn for the job.
+          outputs: [
+            {
+              preview_url: item.preview_url,
+              stock_url: item.stock_url,
+              output_url: item.output_url,
+              seed: expect.any(Number),
+            },
+          ],
           webhook: null,
           started_at: expect.any(String),
           queue_position: null,
@@ -338,6 +347,7 @@ describe('a job while it is pending (no worker running)', () => {
       progress: null,
       expires_at: null,
       media_urls_expire_at: null,
+      outputs: null,
       webhook: null,
       started_at: null,
       queue_position: 1,

@@ -446,6 +446,27 @@ describe('the mock server (npm run mock)', () => {
     },
   );
 
+  it("serves every result of an item's outputs, signed afresh, each a real picture of its own", async () => {
+    const item = (await (await sut('/user/generation-history/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44')).json()) as {
+      stock_url: string;
+      outputs: { stock_url: string; preview_url: string; output_url: string; seed: number | null }[];
+    };
+    expect(item.outputs.length).toBeGreaterThan(1);
+    expect(item.outputs[0].stock_url).toBe(item.stock_url);
+
+    const stocks = [];
+    for (const output of item.outputs) {
+      expect(output.output_url).toBe(`${baseUrl}/${output.stock_url}`);
+      const response = await sut(`/${output.stock_url}`, {});
+      expect(response.status).toBe(200);
+      expect(response.headers.get('content-type')).toBe('image/jpeg');
+      stocks.push(Buffer.from(await response.arrayBuffer()));
+      expect((await sut(`/${output.preview_url}`, {})).headers.get('content-type')).toBe('image/webp');
+    }
+    expect((await sharp(stocks[0]).metadata()).format).toBe('jpeg');
+    expect(stocks[0].equals(stocks[1])).toBe(false);
+  });
+
   it('refuses an unsigned media path and an altered signature with 403, as the service does', async () => {
     const unsigned = await sut('/media/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44/stock.jpg', {});
     const altered = await sut(
