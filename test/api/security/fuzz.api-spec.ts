@@ -421,6 +421,7 @@ describe('requests generated from the contract', () => {
         'getOpenApiJson',
         'getOpenApiYaml',
         'getReadiness',
+        'getUsage',
         'getWebhookSecret',
         'listGenerationTypes',
         'listHistoryItems',
