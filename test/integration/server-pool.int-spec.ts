@@ -189,7 +189,7 @@ describe('ServerPool against fake Cog servers', () => {
 
     expect(first).toBeInstanceOf(TransientEngineError);
     expect(outOfRotation).toBe(false);
-    expect(next).toEqual({ kind: 'encoded', data: output });
+    expect(next).toEqual([{ kind: 'encoded', data: output }]);
     expect({ failing: ranOn(failing), healthy: ranOn(healthy) }).toEqual({
       failing: [jobId, jobId, jobId],
       healthy: [jobId],
@@ -212,7 +212,7 @@ describe('ServerPool against fake Cog servers', () => {
       { name: gone.url, capacity: 1, healthy: false },
       { name: other.url, capacity: 1, healthy: true },
     ]);
-    expect(next).toEqual({ kind: 'encoded', data: output });
+    expect(next).toEqual([{ kind: 'encoded', data: output }]);
     expect(ranOn(other)).toEqual([jobId]);
   });
 
