@@ -142,6 +142,8 @@ describe('HISTORY_RETENTION with local storage', () => {
       'the finished items to expire',
     );
     await waitUntil(async () => (await remainingOf(env, seeded)) === 0, 'the seeded items to be removed');
+    // The rows go first, their files right after.
+    await waitUntil(async () => (await listDir(env.serviceEnv.MEDIA_ROOT)).length === 0, 'their result files to go');
 
     // The held job is still running on the model, its item pending and listed alone; nothing of the others is left.
     expect(world.fake.inFlight().map((request) => request.images.clothes)).toEqual([sha256(held.clothes)]);
@@ -212,7 +214,8 @@ describe('HISTORY_RETENTION with STORAGE=s3', () => {
     await waitUntil(() => gone(baseUrl, key, id), 'the item to expire', 30_000);
 
     expect(await remainingOf(env, seeded)).toBe(0);
-    expect(await s3.keys()).toEqual([]);
+    // The rows go first, their objects right after.
+    await waitUntil(async () => (await s3.keys()).length === 0, "the expired items' objects to be removed");
     expect((await fetch(`${baseUrl}/${item.stock_url}`)).status).toBe(404);
   }, 90_000);
 });
