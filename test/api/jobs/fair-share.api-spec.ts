@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { FAIR_SHARE } from '../../../src/users/fair-share.js';
 import { type ClientRequest, type IncomingMessage, request as httpRequest } from 'node:http';
 import { expectMatchesContract } from '../../support/contract.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { type OpenStream, openStream } from '../../support/event-stream.js';
-import { waitUntil } from '../../support/harness.js';
+import { query, waitUntil } from '../../support/harness.js';
 import { inputsFor } from '../../support/jobs.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 import { filesUnder, retryAfterSeconds } from '../../support/uploads.js';
@@ -84,6 +86,22 @@ function startSlowUpload(baseUrl: string, key: string, fields: Record<string, Fo
 /** Waits until the service has `n` uploads under way: each has begun writing its temporary file. */
 async function uploadsUnderWay(env: TestEnvironment, n: number): Promise<void> {
   await waitUntil(async () => (await filesUnder(env.serviceEnv.UPLOAD_TMP_DIR)).length >= n, `${n} uploads under way`);
+}
+
+/** Waits until the owner of item `id` has `n` requests held by `Prefer: wait`: their leases in Redis, any replica's. */
+async function heldUnderWay(env: TestEnvironment, id: string, n: number): Promise<void> {
+  const [{ userId }] = await query<{ userId: string }>(
+    env,
+    'SELECT user_id AS "userId" FROM history_items WHERE id = $1',
+    [id],
+  );
+  const redis = new Redis(env.redisUrl);
+  try {
+    const key = `${env.redisPrefix}:${FAIR_SHARE}held:${userId}`;
+    await waitUntil(async () => (await redis.zcard(key)) >= n, `${n} requests held`);
+  } finally {
+    redis.disconnect();
+  }
 }
 
 /** A request held by `Prefer: wait`, abortable by its client. */
@@ -228,7 +246,9 @@ describe('fair share per user: uploads, event streams and held requests at once'
     const otherId = await pendingItem(otherKey);
     const held = [holdRead(apiA.baseUrl, key, id), holdRead(apiA.baseUrl, key, id)];
     try {
-      const refused = await until(() => probeRead(apiB.baseUrl, key, id), 429, 'the share of held requests taken');
+      // Both held before the probe: a probe sent sooner would itself take a place, and refuse one of them instead.
+      await heldUnderWay(env, id, 2);
+      const refused = await probeRead(apiB.baseUrl, key, id);
       expect((await expectOverShare(refused, 'GET', ITEM)).detail).toBe(
         'At most 2 requests may wait (Prefer: wait) at once; retry when one has been answered.',
       );
