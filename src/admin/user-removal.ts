@@ -10,7 +10,7 @@ import { StoredFiles } from '../files/stored-files.js';
 import { JobQueue } from '../queue/job-queue.js';
 import { REDIS } from '../redis/redis.module.js';
 import { type UserHoldings, UserRepository, type UserRow } from '../users/user.repository.js';
-import { engineRunKey } from '../jobs/engine-runs.js';
+import { engineRunKey, laterRunsKey } from '../jobs/engine-runs.js';
 import { EngineSlotQueue } from '../jobs/engine-slot-queue.js';
 
 /** Items taken per round of a removal. */
@@ -123,7 +123,8 @@ export class UserRemoval {
 
   /** Deletes what the runs of these jobs left in Redis beyond what a delete takes: remote run ids, engine slots. */
   private async forgetRuns(ids: string[]): Promise<number> {
-    return (await this.redis.del(...ids.map(engineRunKey))) + (await this.slots.forget(ids));
+    const keys = ids.flatMap((id) => [engineRunKey(id), laterRunsKey(id)]);
+    return (await this.redis.del(...keys)) + (await this.slots.forget(ids));
   }
 
   private async deleteMatching(pattern: string): Promise<number> {

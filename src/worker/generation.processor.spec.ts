@@ -1,6 +1,7 @@
 import type { AppConfig } from '../config/config.js';
 import type { EngineRegistry, EngineRequest } from '../engines/index.js';
 import type { EngineRuns } from '../jobs/engine-runs.js';
+import { memoryRuns } from '../../test/support/run-record.js';
 import type { HistoryRepository, JobRow } from '../jobs/history.repository.js';
 import type { JobEvents, WatchedEvent } from '../jobs/job-events.js';
 import type { JobLifecycle } from '../jobs/job-lifecycle.js';
@@ -101,7 +102,10 @@ function workerWithCancelAfterRead() {
         handOver: () => {},
       }),
     } as unknown as EngineSlots,
-    { for: () => ({}), abandon: () => Promise.resolve() } as unknown as EngineRuns,
+    {
+      for: () => ({ run: () => memoryRuns(), forget: () => Promise.resolve() }),
+      abandon: () => Promise.resolve(),
+    } as unknown as EngineRuns,
     { start: () => ({ report: () => {}, end: () => {} }) } as unknown as JobProgress,
     config,
     {

@@ -8,7 +8,7 @@ import {
 import { inSpan } from '../common/tracing.js';
 import { AppConfig } from '../config/config.js';
 import { HistoryRepository } from '../jobs/history.repository.js';
-import { EngineRuns } from '../jobs/engine-runs.js';
+import { EngineRuns, type JobRuns } from '../jobs/engine-runs.js';
 import { JobLifecycle } from '../jobs/job-lifecycle.js';
 import { JobProgress } from '../jobs/job-progress.js';
 import { INPUT_STORE, MEDIA_STORE, outputKey } from '../media/media.js';
@@ -24,7 +24,6 @@ import {
   plainImage,
   renderOutputs,
   RunHandedOver,
-  type RunRecord,
   WorkerShutdown,
 } from '../engines/index.js';
 import { EngineSlots } from './engine-slots.js';
@@ -173,17 +172,21 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
       const results = await inSpan('engine generate', { attributes: engineAttributes }, async (span) => {
         try {
           const generated = await this.metrics.timeEngine(item.tool, route.kind, () =>
-            generateResults(route, item, {
-              jobId: id,
-              tool: item.tool,
-              generationType: item.generationType,
-              images,
-              texts: item.texts,
-              signal,
-              onProgress: progress.report,
+            generateResults(
+              route,
+              item,
+              {
+                jobId: id,
+                tool: item.tool,
+                generationType: item.generationType,
+                images,
+                texts: item.texts,
+                signal,
+                onProgress: progress.report,
+                slot,
+              },
               runs,
-              slot,
-            }),
+            ),
           );
           span.setAttribute('igs.outcome', 'complete');
           return generated;
@@ -233,7 +236,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
   }
 
   /** Permanent failures end the job at once; others are retried by the queue until the last attempt. */
-  private async fail(delivery: Delivery, error: unknown, pastDeadline: boolean, runs: RunRecord): Promise<never> {
+  private async fail(delivery: Delivery, error: unknown, pastDeadline: boolean, runs: JobRuns): Promise<never> {
     const id = delivery.historyItemId;
     const message = error instanceof Error ? error.message : String(error);
     if (this.shutdown.signal.aborted) throw new StoppedByShutdown(error);
@@ -260,7 +263,7 @@ export class GenerationProcessor implements OnApplicationBootstrap, BeforeApplic
    * the result (a database or storage blip) reads the output of the run it has, instead of paying for another. A
    * record Redis fails to forget lapses with its time to live; the job is over either way.
    */
-  private async forgetRun(id: string, runs: RunRecord): Promise<void> {
+  private async forgetRun(id: string, runs: JobRuns): Promise<void> {
     await runs.forget().catch((error: unknown) => {
       this.logger.warn({ id, err: (error as Error).message }, 'could not forget the run of a job that ended');
     });

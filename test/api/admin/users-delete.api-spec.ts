@@ -139,6 +139,8 @@ describe.each([['local storage'], ['S3 (s3rver)']])('igs users delete, with %s',
     const redis = new Redis(env.redisUrl, { keyPrefix: `${env.redisPrefix}:` });
     await redis.set(`progress:${pending}`, '0.4');
     await redis.set(`engine-run:${pending}`, 'prediction-1');
+    // The later runs of a route that runs the model once for each result.
+    await redis.hset(`engine-run:${pending}:later`, '1', 'prediction-2');
     // Its engine slot, held far into the future, and its place in the slots' queue (another worker's, whose lease
     // had lapsed), as EngineSlotQueue keeps them.
     await redis.hset('engine-slots:gpu:holders', pending, `${Date.now() + 3_600_000}|gpu`);

@@ -30,28 +30,38 @@ import type { RunningService } from '../../support/service.js';
 const DOCUMENT = join(process.cwd(), 'test/fixtures/replicate/openapi.json');
 
 /**
- * The operator's routing file of ENGINES.md: the `default` tool on a version of a Replicate model; or, `routed: false`,
- * the same server with no route to it (the tool back on the local engine), as a rollout may leave it.
+ * The operator's routing file of ENGINES.md: the `default` tool on a version of a Replicate model, and `upscale_each`, a
+ * tool of the file's own on the same model run once for each result; or, `routed: false`, the same server with no
+ * route to it (the `default` tool back on the local engine, the other withdrawn), as a rollout may leave it.
  */
 function enginesFile(baseUrl: string, { routed = true } = {}): string {
+  const route = [
+    '    engine: replicate',
+    `    model: ${REAL_ESRGAN.name}`,
+    `    version: ${REAL_ESRGAN.version}`,
+    '    inputs: { image: image }',
+    '    params: { scale: 2 }',
+  ];
+  const tool = [
+    'tools:',
+    '  upscale_each:',
+    '    group_tool: default',
+    '    title: Upscale',
+    '    generation_types:',
+    '      upscale_each:',
+    '        title: Upscale',
+    '        description: Upscales a photo.',
+    "        inputs: { image: { kind: image, required: true, description: 'The photo.' } }",
+  ];
   return [
+    ...(routed ? tool : []),
     'engines:',
     '  replicate:',
     '    kind: replicate',
     '    token: ${REPLICATE_API_TOKEN}',
     `    base_url: ${baseUrl}`,
     '    concurrency: 2',
-    ...(routed
-      ? [
-          'routes:',
-          '  default:',
-          '    engine: replicate',
-          `    model: ${REAL_ESRGAN.name}`,
-          `    version: ${REAL_ESRGAN.version}`,
-          '    inputs: { image: image }',
-          '    params: { scale: 2 }',
-        ]
-      : ['routes: {}']),
+    ...(routed ? ['routes:', '  default:', ...route, '  upscale_each:', ...route, '    repeat: true'] : ['routes: {}']),
     '',
   ].join('\n');
 }
@@ -159,6 +169,28 @@ describe('the replicate engine in the built service', () => {
       await expectCompleteWithOutputs(service.baseUrl, item);
       expect(await completionsTried(env)).toBe(2);
       expect(fake.predictions.filter((p) => p.input['image'] === sha256(image))).toHaveLength(1);
+      expect(api.violations).toEqual([]);
+    } finally {
+      await restore();
+    }
+  }, 60_000);
+
+  it('completes a job of three results, one prediction each, whose results could not be stored the first time, each prediction paid for once', async () => {
+    fake.run({ kind: 'succeed', steps: 2, stepMs: 100 });
+    const image = await makeImage(320, 240, 'png', '#8a5a3a');
+    const restore = await failNextCompletions(env);
+    try {
+      const id = await createJob(service.baseUrl, key, {
+        tool: 'upscale_each',
+        image: { data: image, filename: 'photo.png', contentType: 'image/png' },
+        num_outputs: '3',
+      });
+      const item = await final(service.baseUrl, key, id);
+
+      await expectCompleteWithOutputs(service.baseUrl, item);
+      expect(item.outputs).toHaveLength(3);
+      expect(await completionsTried(env)).toBe(2);
+      expect(fake.predictions.filter((p) => p.input['image'] === sha256(image))).toHaveLength(3);
       expect(api.violations).toEqual([]);
     } finally {
       await restore();
