@@ -38,7 +38,7 @@ const SLOTS = 4;
 const OFFERED_PER_S = 46;
 const SUBMITTERS = 8;
 const WARMUP_MS = 3000;
-const WINDOW_MS = 12_000;
+export const WINDOW_MS = 12_000;
 const SEQUENTIAL_JOBS = 25;
 
 export const description =
@@ -47,32 +47,12 @@ export const description =
 export async function run() {
   const env = await createBenchEnv();
   const agent = keepAliveAgent(64);
-  const model = await env.startScript(join(ROOT, 'scripts/bench/baselines/model-server.mjs'), {
-    MODEL_MS: String(MODEL_MS),
-    SLOTS: String(SLOTS),
-  });
-  const enginesFile = join(env.dataDir, 'engines.yaml');
-  await writeFile(
-    enginesFile,
-    `engines:\n  gpu:\n    kind: cog\n    url: ${model.baseUrl}\n    concurrency: ${SLOTS}\n    timeout: 1m\n` +
-      'routes:\n  fashion_card:\n    engine: gpu\n    inputs: { clothes: image }\n',
-  );
-  const settings = {
-    ENGINES_FILE: enginesFile,
-    // Three times the GPU's slots, as docs/engines.md advises for a model this fast: a job is ready the moment a
-    // slot frees, while others still store their results.
-    WORKER_CONCURRENCY: String(3 * SLOTS),
-    LIMIT_MAX_PENDING: '1000000',
-    LIMIT_CREATIONS_PER_MINUTE: '1000000',
-    LIMIT_CONCURRENT_UPLOADS: '1000000',
-    LIMIT_EVENT_STREAMS: '1000000',
-    LIMIT_HELD_REQUESTS: '1000000',
-  };
-  const api = await env.startService({ ROLE: 'api', ...settings });
-  await env.startService({ ROLE: 'worker', ...settings });
-  const { authorization } = await createUserWithKey(env.databaseUrl);
-  const clothes = await makePhoto('clothes', 1024, 1024);
-  const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
+  const {
+    api,
+    models: [model],
+    authorization,
+    form,
+  } = await startStandInGpus(env, { servers: 1, slots: SLOTS, modelMs: MODEL_MS });
 
   const waiting = new Map();
   const finished = [];
@@ -120,31 +100,16 @@ export async function run() {
     closeStream();
 
     // 1. Throughput with the queue never empty.
-    let submitted = 0;
-    let stop = false;
-    const submitters = Array.from({ length: SUBMITTERS }, async () => {
-      while (!stop) {
-        const next = sleep((SUBMITTERS * 1000) / OFFERED_PER_S);
-        await submit();
-        submitted++;
-        await next;
-      }
+    const { submitted, counts, jobsPerSecond, served, predictionMs, capacity } = await throughput(env, agent, {
+      models: [model],
+      slots: SLOTS,
+      offeredPerS: OFFERED_PER_S,
+      submitters: SUBMITTERS,
+      submit,
     });
-    await sleep(WARMUP_MS);
-    const windowStart = new Date();
-    await sleep(WINDOW_MS);
-    const windowEnd = new Date();
-    stop = true;
-    await Promise.all(submitters);
-    const counts = await countEnded(env.databaseUrl, windowStart, windowEnd);
-    const jobsPerSecond = counts.complete / (WINDOW_MS / 1000);
-    const { json: served } = await requestJson(agent, { url: `${model.baseUrl}/log` });
-    // The server's own capacity: its slots over the time a prediction really took (timers run a little late).
-    const predictionMs = served.log.reduce((sum, e) => sum + (e.answeredAt - e.receivedAt), 0) / served.log.length;
-    const capacity = (SLOTS * 1000) / predictionMs;
     log(
       `  ${submitted} jobs submitted, ${counts.complete} complete in the ${WINDOW_MS / 1000} s window, ${counts.error} failed; ` +
-        `the model server refused ${served.busyRefusals} predictions as busy (more than ${SLOTS} at once); ` +
+        `the model server refused ${served[0].busyRefusals} predictions as busy (more than ${SLOTS} at once); ` +
         `its capacity ${capacity.toFixed(1)}/s (${SLOTS} slots, predictions of ${predictionMs.toFixed(1)} ms)`,
     );
     record(
@@ -160,8 +125,87 @@ export async function run() {
   }
 }
 
+/**
+ * Stand-in GPUs (`servers` of baselines/model-server.mjs, `slots` at once each, `modelMs` a prediction) behind one `cog`
+ * engine (`url`, or `urls` for a pool) with `concurrency: slots`, routed `fashion_card`; one API process and one worker
+ * with three times the slots in all as its concurrency, as docs/engines.md advises for a model this fast (a job is
+ * ready the moment a slot frees, while others still store their results); a user, and a 1024 px job's form.
+ */
+export async function startStandInGpus(env, { servers, slots, modelMs }) {
+  const models = await Promise.all(
+    Array.from({ length: servers }, () =>
+      env.startScript(join(ROOT, 'scripts/bench/baselines/model-server.mjs'), {
+        MODEL_MS: String(modelMs),
+        SLOTS: String(slots),
+      }),
+    ),
+  );
+  const urls = models.map((model) => model.baseUrl);
+  const enginesFile = join(env.dataDir, 'engines.yaml');
+  await writeFile(
+    enginesFile,
+    `engines:\n  gpu:\n    kind: cog\n    ${servers === 1 ? `url: ${urls[0]}` : `urls: [${urls.join(', ')}]`}\n` +
+      `    concurrency: ${slots}\n    timeout: 1m\n` +
+      'routes:\n  fashion_card:\n    engine: gpu\n    inputs: { clothes: image }\n',
+  );
+  const settings = {
+    ENGINES_FILE: enginesFile,
+    WORKER_CONCURRENCY: String(3 * servers * slots),
+    LIMIT_MAX_PENDING: '1000000',
+    LIMIT_CREATIONS_PER_MINUTE: '1000000',
+    LIMIT_CONCURRENT_UPLOADS: '1000000',
+    LIMIT_EVENT_STREAMS: '1000000',
+    LIMIT_HELD_REQUESTS: '1000000',
+  };
+  const api = await env.startService({ ROLE: 'api', ...settings });
+  await env.startService({ ROLE: 'worker', ...settings });
+  const { authorization } = await createUserWithKey(env.databaseUrl);
+  const clothes = await makePhoto('clothes', 1024, 1024);
+  const form = multipartBody({ tool: 'fashion_card', clothes: { data: clothes, filename: 'clothes.jpg' } });
+  return { api, models, authorization, form };
+}
+
+/**
+ * Jobs offered at `offeredPerS` by `submitters` at once (more than the servers take, so that no queue is ever empty);
+ * after a warm-up, the jobs completed in a window, counted in the database afterwards (so that nothing watches the
+ * service while it works), against the servers' own capacity: their slots over the time a prediction really took
+ * (timers run a little late), from their logs.
+ */
+export async function throughput(env, agent, { models, slots, offeredPerS, submitters: count, submit }) {
+  let submitted = 0;
+  let stop = false;
+  const submitters = Array.from({ length: count }, async () => {
+    while (!stop) {
+      const next = sleep((count * 1000) / offeredPerS);
+      await submit();
+      submitted++;
+      await next;
+    }
+  });
+  await sleep(WARMUP_MS);
+  const windowStart = new Date();
+  await sleep(WINDOW_MS);
+  const windowEnd = new Date();
+  stop = true;
+  await Promise.all(submitters);
+  const counts = await countEnded(env.databaseUrl, windowStart, windowEnd);
+  const served = await Promise.all(
+    models.map(async (model) => (await requestJson(agent, { url: `${model.baseUrl}/log` })).json),
+  );
+  const entries = served.flatMap((server) => server.log);
+  const predictionMs = entries.reduce((sum, e) => sum + (e.answeredAt - e.receivedAt), 0) / entries.length;
+  return {
+    submitted,
+    counts,
+    jobsPerSecond: counts.complete / (WINDOW_MS / 1000),
+    served,
+    predictionMs,
+    capacity: (models.length * slots * 1000) / predictionMs,
+  };
+}
+
 /** Jobs that ended in the window, by status, from the items' own completion times. */
-export async function countEnded(databaseUrl, from, to) {
+async function countEnded(databaseUrl, from, to) {
   const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   try {
