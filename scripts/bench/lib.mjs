@@ -6,12 +6,13 @@
  *
  * Everything talks to 127.0.0.1 only. Every loop is bounded in time and in count.
  */
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { readdir, rm, stat } from 'node:fs/promises';
 import http from 'node:http';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import autocannon from 'autocannon';
@@ -211,6 +212,41 @@ export async function startService(env, extra = {}, { main } = {}) {
     main,
   );
   return track(env, service);
+}
+
+const git = (...args) => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim();
+
+/**
+ * The service as of another revision, for a bench to run beside this build: its src, openapi, tsconfig.json and
+ * package.json from git, compiled with this checkout's node_modules into a folder of the temporary directory named by
+ * the commit (kept, so that later benches and runs reuse it). Resolves with its dist/main.js.
+ */
+export function buildRevision(revision) {
+  const commit = git('rev-parse', '--verify', `${revision}^{commit}`);
+  const dir = join(tmpdir(), `igs-bench-build-${commit}`);
+  const main = join(dir, 'dist/main.js');
+  if (existsSync(main)) return main;
+  mkdirSync(dir, { recursive: true });
+  execFileSync('sh', ['-c', `git archive "${commit}" src openapi tsconfig.json package.json | tar -x -C "${dir}"`], {
+    cwd: ROOT,
+  });
+  if (!existsSync(join(dir, 'node_modules'))) symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+  const started = performance.now();
+  execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: dir });
+  log(
+    `  built ${git('log', '-n1', '--format=%h %s', commit)} in ${((performance.now() - started) / 1000).toFixed(0)} s`,
+  );
+  return main;
+}
+
+/**
+ * BENCH_BEFORE: a revision (a commit, tag or branch) that `create`, `history` and `latency` also run, side by side with
+ * this build on the same machine, to show what a change did to their figures. Undefined when unset.
+ */
+export function benchBefore() {
+  const revision = process.env.BENCH_BEFORE;
+  if (!revision) return undefined;
+  return { name: git('rev-parse', '--short', `${revision}^{commit}`), main: buildRevision(revision) };
 }
 
 /** Runs a bench-owned script (e.g. a baseline server) and waits for its GET /ready. */
@@ -666,6 +702,20 @@ export function record(bench, figure, value, display, target) {
   const mark = met === undefined ? '' : met ? '  [target met]' : '  [TARGET MISSED]';
   log(`  => ${figure}: ${display}${target ? `  (target ${target.text})` : ''}${mark}`);
   return row;
+}
+
+/**
+ * The row of a BENCH_BEFORE side run with alternateLoads: this build's best round over the revision's (req/s, higher is
+ * better), with the CPU each spent per request.
+ */
+export function recordBefore(bench, what, now, before, revision) {
+  const ratio = now.rps / before.rps;
+  record(
+    bench,
+    `${what}, this build / ${revision} (BENCH_BEFORE)`,
+    ratio,
+    `${ratio.toFixed(2)} (${now.rps.toFixed(0)} / ${before.rps.toFixed(0)} req/s; CPU per request ${fmtMs(now.cpuMsPerRequest)} vs ${fmtMs(before.cpuMsPerRequest)})`,
+  );
 }
 
 /**

@@ -2,11 +2,13 @@
  * create: job creation throughput of the API (ROLE=api, no worker) against a bare node:http + busboy server
  * that reads the same multipart bodies to temporary files and runs sharp(file).metadata() on each.
  * Same client, same bodies (fashion_swap, two ~1024x1024 JPEGs), same concurrency, same duration: 8 s rounds,
- * alternating, twice each; the best round of each side is compared.
+ * alternating, twice each; the best round of each side is compared. With BENCH_BEFORE, that revision's service is a
+ * third side, in an environment of its own (its database as its migrations make it).
  */
 import { join } from 'node:path';
 import {
   alternateLoads,
+  benchBefore,
   createBenchEnv,
   createUserWithKey,
   describeLoad,
@@ -15,6 +17,7 @@ import {
   makePhoto,
   multipartBody,
   record,
+  recordBefore,
   request,
   runLoad,
   sweepInputs,
@@ -45,16 +48,19 @@ export async function run() {
 
   const env = await createBenchEnv();
   let stopSweeping;
+  let beforeEnv;
+  let stopSweepingBefore;
   try {
     // --- the service
-    const service = await env.startService({
+    const settings = {
       ROLE: 'api',
       LIMIT_MAX_PENDING: '1000000',
       LIMIT_CREATIONS_PER_MINUTE: '1000000',
       LIMIT_CONCURRENT_UPLOADS: '1000000',
       LIMIT_EVENT_STREAMS: '1000000',
       LIMIT_HELD_REQUESTS: '1000000',
-    });
+    };
+    const service = await env.startService(settings);
     const { authorization } = await createUserWithKey(env.databaseUrl);
     const post = (headers) => ({
       method: 'POST',
@@ -84,19 +90,40 @@ export async function run() {
     });
     log(`  ${describeLoad(`service, ${CONCURRENCY} users`, manyUsers)}`);
 
+    const before = benchBefore();
+    let serviceBefore;
+    let beforeAuthorization;
+    if (before) {
+      beforeEnv = await createBenchEnv();
+      serviceBefore = await beforeEnv.startService(settings, { main: before.main });
+      beforeAuthorization = (await createUserWithKey(beforeEnv.databaseUrl)).authorization;
+      stopSweepingBefore = sweepInputs(beforeEnv.inputRoot);
+    }
+
     const baseline = await env.startScript(new URL('../baselines/upload-server.mjs', import.meta.url).pathname, {
       TMP_DIR: join(env.dataDir, 'baseline-tmp'),
     });
     const probe2 = await request(undefined, { ...post({}), url: `${baseline.baseUrl}${PATH}` });
     if (probe2.status !== 202) throw new Error(`the baseline refused the job: ${probe2.status} ${probe2.body}`);
-    const { service: serviceResult, baseline: baselineResult } = await alternateLoads(
+    const {
+      service: serviceResult,
+      baseline: baselineResult,
+      before: beforeResult,
+    } = await alternateLoads(
       {
         service: { target: target(service.baseUrl, { Authorization: authorization }), pid: service.pid },
         baseline: { target: target(baseline.baseUrl, {}), pid: baseline.pid },
+        ...(serviceBefore && {
+          before: {
+            target: target(serviceBefore.baseUrl, { Authorization: beforeAuthorization }),
+            pid: serviceBefore.pid,
+          },
+        }),
       },
       { rounds: ROUNDS, concurrency: CONCURRENCY, durationMs: DURATION_MS, warmupMs: WARMUP_MS },
     );
     await service.stop();
+    await serviceBefore?.stop();
     await baseline.stop();
 
     const ratio = serviceResult.rps / baselineResult.rps;
@@ -129,11 +156,14 @@ export async function run() {
       value: 0.5,
       text: '>= 0.5',
     });
+    if (before) recordBefore('create', 'job creations/s', serviceResult, beforeResult, before.name);
     if (serviceResult.failed > 0 || baselineResult.failed > 0) {
       log(`  note: failed requests: service ${serviceResult.failed}, baseline ${baselineResult.failed}`);
     }
   } finally {
     await stopSweeping?.();
+    await stopSweepingBefore?.();
     await env.dispose();
+    await beforeEnv?.dispose();
   }
 }

@@ -8,7 +8,7 @@
  *    filter, a generation_type filter and both: p50/p99 of 200 sequential requests each.
  * 2. GET /user/generation-history/{id} at 50 connections against a bare node:http + pg (Pool of 10) server
  *    running the same SELECT by id and user: 8 s rounds, alternating, twice each; the best round of each side
- *    gives req/s, the ratio and the service's p99.
+ *    gives req/s, the ratio and the service's p99. With BENCH_BEFORE, that revision's service is a third side.
  */
 import pg from 'pg';
 import {
@@ -18,7 +18,9 @@ import {
   keepAliveAgent,
   log,
   alternateLoads,
+  benchBefore,
   record,
+  recordBefore,
   request,
   summarize,
 } from '../lib.mjs';
@@ -121,14 +123,24 @@ export async function run() {
       url: server.baseUrl,
       requests: ids.map((id) => ({ path: `/user/generation-history/${id}`, headers })),
     });
-    const { service: serviceResult, baseline: baselineResult } = await alternateLoads(
+    const before = benchBefore();
+    const serviceBefore = before && (await env.startService({ ROLE: 'api' }, { main: before.main }));
+    const {
+      service: serviceResult,
+      baseline: baselineResult,
+      before: beforeResult,
+    } = await alternateLoads(
       {
         service: { target: item(service, { Authorization: authorization }), pid: service.pid },
         baseline: { target: item(baseline), pid: baseline.pid },
+        ...(serviceBefore && {
+          before: { target: item(serviceBefore, { Authorization: authorization }), pid: serviceBefore.pid },
+        }),
       },
       { rounds: GET_ROUNDS, concurrency: GET_CONNECTIONS, durationMs: GET_DURATION_MS, warmupMs: GET_WARMUP_MS },
     );
     await service.stop();
+    await serviceBefore?.stop();
     await baseline.stop();
 
     const ratio = serviceResult.rps / baselineResult.rps;
@@ -157,6 +169,7 @@ export async function run() {
       text: '<= 20 ms',
     });
     record('history', 'item GET service p99, 1 connection', one.p99, `${fmtMs(one.p99)} (p50 ${fmtMs(one.p50)})`);
+    if (before) recordBefore('history', 'item GET', serviceResult, beforeResult, before.name);
   } finally {
     agent.destroy();
     await db.end().catch(() => {});

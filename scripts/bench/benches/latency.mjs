@@ -5,9 +5,11 @@
  * `complete`.
  *
  * For reading the figure, the same engine work is also timed in-process (LocalEngine + renderOutputs from
- * dist/), so the service's share of the latency can be told from the pipeline's.
+ * dist/), so the service's share of the latency can be told from the pipeline's. With BENCH_BEFORE, that revision's
+ * service is measured the same way afterwards, in an environment of its own.
  */
 import {
+  benchBefore,
   createBenchEnv,
   createUserWithKey,
   fmtMs,
@@ -41,18 +43,46 @@ export async function run() {
     `  in-process LocalEngine.generate + renderOutputs for the same input: p50 ${fmtMs(engineMs.p50)} (min ${fmtMs(engineMs.min)})`,
   );
 
+  const now = await submitToComplete(form);
+  record('latency', 'submit-to-complete p50 (fashion_card 512 px, 4 jobs/s)', now.latency.p50, fmtMs(now.latency.p50), {
+    op: '<=',
+    value: 150,
+    text: '<= 150 ms',
+  });
+  record('latency', 'submit-to-complete p99', now.latency.p99, fmtMs(now.latency.p99));
+  record('latency', 'POST (job accepted) p50', now.accept.p50, fmtMs(now.accept.p50));
+  record('latency', 'engine + render alone, in-process p50', engineMs.p50, fmtMs(engineMs.p50));
+  const before = benchBefore();
+  if (before) {
+    // In an environment of its own: its worker must not take this build's jobs.
+    const then = await submitToComplete(form, before.main);
+    const ratio = now.latency.p50 / then.latency.p50;
+    record(
+      'latency',
+      `submit-to-complete p50, this build / ${before.name} (BENCH_BEFORE)`,
+      ratio,
+      `${ratio.toFixed(2)} (${fmtMs(now.latency.p50)} vs ${fmtMs(then.latency.p50)})`,
+    );
+  }
+}
+
+/** The jobs' submit-to-complete times and POST times, on the built service or on the build whose `main` is given. */
+async function submitToComplete(form, main) {
   const env = await createBenchEnv();
   const agent = keepAliveAgent(64);
   try {
     // The limits are raised so that no job is refused; the worker keeps its default concurrency.
-    const service = await env.startService({
-      ROLE: 'all',
-      LIMIT_MAX_PENDING: '1000000',
-      LIMIT_CREATIONS_PER_MINUTE: '1000000',
-      LIMIT_CONCURRENT_UPLOADS: '1000000',
-      LIMIT_EVENT_STREAMS: '1000000',
-      LIMIT_HELD_REQUESTS: '1000000',
-    });
+    const service = await env.startService(
+      {
+        ROLE: 'all',
+        LIMIT_MAX_PENDING: '1000000',
+        LIMIT_CREATIONS_PER_MINUTE: '1000000',
+        LIMIT_CONCURRENT_UPLOADS: '1000000',
+        LIMIT_EVENT_STREAMS: '1000000',
+        LIMIT_HELD_REQUESTS: '1000000',
+      },
+      { main },
+    );
     const { authorization } = await createUserWithKey(env.databaseUrl);
 
     const submit = async () => {
@@ -95,21 +125,13 @@ export async function run() {
     const accept = summarize(done.map((o) => o.accepted));
     const polls = summarize(done.map((o) => o.polls));
     log(
-      `  ${done.length}/${count} jobs complete; latency p50 ${fmtMs(latency.p50)} p90 ${fmtMs(latency.p90)} ` +
+      `  ${main ? 'BENCH_BEFORE: ' : ''}${done.length}/${count} jobs complete; latency p50 ${fmtMs(latency.p50)} p90 ${fmtMs(latency.p90)} ` +
         `p99 ${fmtMs(latency.p99)} max ${fmtMs(latency.max)}; POST answered p50 ${fmtMs(accept.p50)} p99 ${fmtMs(accept.p99)}; ` +
         `polls per job p50 ${polls.p50}`,
     );
     if (failed.length > 0) log(`  failed: ${failed.map((o) => o.error).join(', ')}`);
-
-    record('latency', 'submit-to-complete p50 (fashion_card 512 px, 4 jobs/s)', latency.p50, fmtMs(latency.p50), {
-      op: '<=',
-      value: 150,
-      text: '<= 150 ms',
-    });
-    record('latency', 'submit-to-complete p99', latency.p99, fmtMs(latency.p99));
-    record('latency', 'POST (job accepted) p50', accept.p50, fmtMs(accept.p50));
-    record('latency', 'engine + render alone, in-process p50', engineMs.p50, fmtMs(engineMs.p50));
     await service.stop();
+    return { latency, accept };
   } finally {
     agent.destroy();
     await env.dispose();

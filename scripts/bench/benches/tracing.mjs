@@ -14,11 +14,10 @@
  * Targets: on / off >= 0.85, off / before >= 0.97.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, symlinkSync } from 'node:fs';
-import { join } from 'node:path';
 import pg from 'pg';
 import {
   alternateLoads,
+  buildRevision,
   createBenchEnv,
   createUserWithKey,
   fmtMs,
@@ -57,22 +56,14 @@ const ENABLE_ASYNC_LOCAL_STORAGE = `--import=data:text/javascript,${encodeURICom
 export const description =
   'job creation and item GET req/s, ROLE=api: tracing on (exporting to a loopback collector) / off / before tracing';
 
-/** Builds the service as of the commit before src/tracing.ts was added; resolves with its dist/main.js. */
-function buildBefore(dir) {
-  const git = (...args) => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim();
-  const added = git('log', '-n1', '--format=%H', '--diff-filter=A', '--', 'src/tracing.ts');
-  if (!added) throw new Error('src/tracing.ts is not in the git history: nothing to compare with');
-  mkdirSync(dir, { recursive: true });
-  execFileSync('sh', ['-c', `git archive "${added}^" src openapi tsconfig.json package.json | tar -x -C "${dir}"`], {
+/** The service as of the commit before src/tracing.ts was added: its dist/main.js. */
+function buildBefore() {
+  const added = execFileSync('git', ['log', '-n1', '--format=%H', '--diff-filter=A', '--', 'src/tracing.ts'], {
     cwd: ROOT,
-  });
-  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
-  const started = performance.now();
-  execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: dir });
-  log(
-    `  before: ${git('log', '-n1', '--format=%h %s', `${added}^`)} (built in ${((performance.now() - started) / 1000).toFixed(0)} s)`,
-  );
-  return join(dir, 'dist/main.js');
+    encoding: 'utf8',
+  }).trim();
+  if (!added) throw new Error('src/tracing.ts is not in the git history: nothing to compare with');
+  return buildRevision(`${added}^`);
 }
 
 export async function run() {
@@ -86,7 +77,7 @@ export async function run() {
   const db = new pg.Client({ connectionString: env.databaseUrl });
   let stopSweeping;
   try {
-    const beforeMain = buildBefore(join(env.dataDir, 'before'));
+    const beforeMain = buildBefore();
     const collector = await env.startScript(new URL('../baselines/otlp-sink.mjs', import.meta.url).pathname);
     // A process of its own applies the migrations, and the sides start together after it, so that none is the one
     // started first, alone: of identical processes side by side, that one was the slowest in six trials of eight here,
