@@ -1,6 +1,6 @@
 import type { AppConfig } from '../config/config.js';
 import type { components } from '../generated/openapi.js';
-import type { MediaUrls } from '../media/media-urls.js';
+import type { MediaUrls, SignedMediaUrls } from '../media/media-urls.js';
 import type { HistoryItemRow } from './history.repository.js';
 
 type HistoryItemSchema = components['schemas']['HistoryItem'];
@@ -67,7 +67,7 @@ export class HistoryItemDto implements HistoryItemSchema {
           ? new Date(item.completedAt.getTime() + settings.historyRetentionMs).toISOString()
           : null,
       media_urls_expire_at: urls?.expiresAt.toISOString() ?? null,
-      outputs: complete ? outputsOf(item, settings.mediaUrls, now) : null,
+      outputs: urls ? outputsOf(item, urls, settings.mediaUrls, now) : null,
       webhook: item.webhookUrl
         ? {
             url: item.webhookUrl,
@@ -93,12 +93,17 @@ function metricsOf(created: Date, started: Date | null, ended: Date): NonNullabl
 }
 
 /**
- * Every result of a complete item with its seed. An item completed before results were counted has none recorded:
- * it has its one result, whose seed is unknown.
+ * Every result of a complete item with its seed, the first with the item's own URLs (`first`, signed once). An item
+ * completed before results were counted has none recorded: it has its one result, whose seed is unknown.
  */
-function outputsOf(item: HistoryItemRow, mediaUrls: MediaUrls, now: number): HistoryItemSchema['outputs'] {
+function outputsOf(
+  item: HistoryItemRow,
+  first: SignedMediaUrls,
+  mediaUrls: MediaUrls,
+  now: number,
+): HistoryItemSchema['outputs'] {
   return (item.outputSeeds ?? [null]).map((seed, index) => {
-    const urls = mediaUrls.forItem(item.id, now, index);
+    const urls = index === 0 ? first : mediaUrls.forItem(item.id, now, index);
     return { preview_url: urls.preview, stock_url: urls.stock, output_url: urls.output, seed };
   });
 }

@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, createSecretKey, type KeyObject, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { keptSecret } from '../common/kept-secret.js';
@@ -29,7 +29,8 @@ const EXPIRES = /^\d{1,12}$/;
  * get it.
  */
 export class MediaUrls {
-  private readonly keys: readonly string[];
+  /** As key objects: an HMAC made from one skips reading the key's text each time, and every read signs. */
+  private readonly keys: readonly KeyObject[];
 
   constructor(
     key: string,
@@ -37,7 +38,7 @@ export class MediaUrls {
     private readonly ttlMs: number,
     private readonly publicBaseUrl: string,
   ) {
-    this.keys = previousKey ? [key, previousKey] : [key];
+    this.keys = (previousKey ? [key, previousKey] : [key]).map((text) => createSecretKey(text, 'utf8'));
   }
 
   /** With MEDIA_SIGNING_KEY, or on the embedded default (no DATABASE_URL) with the one kept under its data folder. */
@@ -84,7 +85,7 @@ export class MediaUrls {
   }
 }
 
-function signatureOf(key: string, path: string, expires: number): string {
+function signatureOf(key: KeyObject, path: string, expires: number): string {
   return createHmac('sha256', key).update(`${path}\n${expires}`).digest('base64url');
 }
 
