@@ -28,10 +28,16 @@ export class ItemViews {
     return view;
   }
 
-  /** Two Redis calls at most, whatever the number of rows; none for rows that are all final. */
+  /**
+   * Two Redis calls at most, whatever the number of rows; one when the pending rows are all queued or all running, and
+   * none for rows that are all final. Only a running job has progress (a job reports it once it has started), only a
+   * queued one a place in line.
+   */
   async many(items: readonly HistoryItemRow[]): Promise<HistoryItemDto[]> {
-    const queued = items.filter((item) => item.status === 'pending' && !item.startedAt).map((item) => item.id);
-    const [progress, positions] = await Promise.all([this.progress.of(items), this.line.positions(queued)]);
+    const pending = items.filter((item) => item.status === 'pending');
+    const queued = pending.filter((item) => !item.startedAt).map((item) => item.id);
+    const running = pending.filter((item) => item.startedAt);
+    const [progress, positions] = await Promise.all([this.progress.of(running), this.line.positions(queued)]);
     return items.map((item) => HistoryItemDto.from(item, this.settings, progress.get(item.id), positions.get(item.id)));
   }
 
