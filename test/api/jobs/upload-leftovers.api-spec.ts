@@ -37,8 +37,9 @@ describe('what uploads left behind (a process killed mid-request)', () => {
     sut = await startService({ ...env.serviceEnv, ROLE: 'api', LOG_LEVEL: 'info' });
 
     await waitUntil(async () => !(await filesUnder(folder)).includes(leftover), 'the leftover to be removed');
+    // The sweep logs once its removals are done, and its line reaches this process through a pipe: waited for too.
+    await waitUntil(() => sut!.output().includes('removed files that uploads left behind'), 'the sweep to log them');
     expect(await filesUnder(folder)).toEqual([inProgress]);
-    expect(sut.output()).toContain('removed files that uploads left behind');
   }, 60_000);
 
   it('in the input store is removed unless its job is pending: no item (killed before writing it), or one that ended', async () => {
@@ -72,7 +73,7 @@ describe('what uploads left behind (a process killed mid-request)', () => {
       async () => (await filesUnder(store)).every((key) => !stray.includes(key)),
       'the stray inputs to be removed',
     );
+    await waitUntil(() => sut!.output().includes('removed stored inputs of no pending job'), 'the sweep to log them');
     expect((await filesUnder(store)).sort()).toEqual([...kept].sort());
-    expect(sut.output()).toContain('removed stored inputs of no pending job');
   }, 60_000);
 });
