@@ -28,6 +28,15 @@ const SERVICE_NODE_FLAGS = JSON.parse(readFileSync(join(ROOT, 'package.json'), '
 
 export const HOST = '127.0.0.1';
 
+/** Service settings that lift every per-user limit, so a bench measures the service and not its refusals. */
+export const NO_LIMITS = {
+  LIMIT_MAX_PENDING: '1000000',
+  LIMIT_CREATIONS_PER_MINUTE: '1000000',
+  LIMIT_CONCURRENT_UPLOADS: '1000000',
+  LIMIT_EVENT_STREAMS: '1000000',
+  LIMIT_HELD_REQUESTS: '1000000',
+};
+
 /** Imports a module of the built service, e.g. `fromDist('common/api-key.js')`. */
 export function fromDist(path) {
   return import(pathToFileURL(join(DIST, path)).href);

@@ -16,6 +16,7 @@ import {
   log,
   makePhoto,
   multipartBody,
+  NO_LIMITS,
   record,
   recordBefore,
   request,
@@ -54,11 +55,7 @@ export async function run() {
     // --- the service
     const settings = {
       ROLE: 'api',
-      LIMIT_MAX_PENDING: '1000000',
-      LIMIT_CREATIONS_PER_MINUTE: '1000000',
-      LIMIT_CONCURRENT_UPLOADS: '1000000',
-      LIMIT_EVENT_STREAMS: '1000000',
-      LIMIT_HELD_REQUESTS: '1000000',
+      ...NO_LIMITS,
     };
     const service = await env.startService(settings);
     const { authorization } = await createUserWithKey(env.databaseUrl);

@@ -13,6 +13,7 @@ import {
   log,
   makePhoto,
   multipartBody,
+  NO_LIMITS,
   record,
   runLoad,
 } from '../lib.mjs';
@@ -32,11 +33,7 @@ export async function run() {
       DATABASE_URL: '',
       EMBEDDED_DB_DIR: join(env.dataDir, 'pglite'),
       EMBEDDED_DB_PORT: String(port),
-      LIMIT_MAX_PENDING: '1000000',
-      LIMIT_CREATIONS_PER_MINUTE: '1000000',
-      LIMIT_CONCURRENT_UPLOADS: '1000000',
-      LIMIT_EVENT_STREAMS: '1000000',
-      LIMIT_HELD_REQUESTS: '1000000',
+      ...NO_LIMITS,
     });
     // The embedded database speaks the wire protocol on its port, with the password kept in its directory: the key
     // is written there like any other.

@@ -18,8 +18,9 @@ import {
   log,
   makePhoto,
   multipartBody,
-  record,
+  NO_LIMITS,
   postJob,
+  record,
   requestJson,
   sleep,
   summarize,
@@ -75,11 +76,7 @@ async function submitToComplete(form, main) {
     const service = await env.startService(
       {
         ROLE: 'all',
-        LIMIT_MAX_PENDING: '1000000',
-        LIMIT_CREATIONS_PER_MINUTE: '1000000',
-        LIMIT_CONCURRENT_UPLOADS: '1000000',
-        LIMIT_EVENT_STREAMS: '1000000',
-        LIMIT_HELD_REQUESTS: '1000000',
+        ...NO_LIMITS,
       },
       { main },
     );

@@ -25,8 +25,9 @@ import {
   log,
   makePhoto,
   multipartBody,
-  record,
+  NO_LIMITS,
   postJob,
+  record,
   requestJson,
   ROOT,
   sleep,
@@ -151,11 +152,7 @@ export async function startStandInGpus(env, { servers, slots, modelMs }) {
   const settings = {
     ENGINES_FILE: enginesFile,
     WORKER_CONCURRENCY: String(3 * servers * slots),
-    LIMIT_MAX_PENDING: '1000000',
-    LIMIT_CREATIONS_PER_MINUTE: '1000000',
-    LIMIT_CONCURRENT_UPLOADS: '1000000',
-    LIMIT_EVENT_STREAMS: '1000000',
-    LIMIT_HELD_REQUESTS: '1000000',
+    ...NO_LIMITS,
   };
   const api = await env.startService({ ROLE: 'api', ...settings });
   await env.startService({ ROLE: 'worker', ...settings });

@@ -25,8 +25,9 @@ import {
   log,
   makePhoto,
   multipartBody,
-  record,
+  NO_LIMITS,
   postJob,
+  record,
   requestJson,
   sleep,
   summarize,
@@ -54,11 +55,7 @@ export async function run() {
   try {
     const service = await env.startService({
       ROLE: 'all',
-      LIMIT_MAX_PENDING: '1000000',
-      LIMIT_CREATIONS_PER_MINUTE: '1000000',
-      LIMIT_CONCURRENT_UPLOADS: '1000000',
-      LIMIT_EVENT_STREAMS: '1000000',
-      LIMIT_HELD_REQUESTS: '1000000',
+      ...NO_LIMITS,
       HISTORY_RETENTION: '1h',
       RETENTION_SWEEP_INTERVAL_MS: '1000',
     });

@@ -24,6 +24,7 @@ import {
   log,
   makePhoto,
   multipartBody,
+  NO_LIMITS,
   record,
   request,
   ROOT,
@@ -42,11 +43,7 @@ const DURATION_MS = 4_000;
 const ROUNDS = 8;
 const PATH = '/generation/generate_image_v2/';
 const UNLIMITED = {
-  LIMIT_MAX_PENDING: '1000000',
-  LIMIT_CREATIONS_PER_MINUTE: '1000000',
-  LIMIT_CONCURRENT_UPLOADS: '1000000',
-  LIMIT_EVENT_STREAMS: '1000000',
-  LIMIT_HELD_REQUESTS: '1000000',
+  ...NO_LIMITS,
 };
 /** Preloaded by the `context` side: enables AsyncLocalStorage's hooks as OpenTelemetry's first context switch does. */
 const ENABLE_ASYNC_LOCAL_STORAGE = `--import=data:text/javascript,${encodeURIComponent(

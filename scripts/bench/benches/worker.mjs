@@ -12,14 +12,15 @@
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import {
-  createBenchEnv,
   cpuMs,
+  createBenchEnv,
   createUserWithKey,
   fmtMs,
   keepAliveAgent,
   log,
   makePhoto,
   multipartBody,
+  NO_LIMITS,
   record,
   request,
   sleep,
@@ -64,11 +65,7 @@ export async function run() {
       // Queue N jobs through the API, then stop it so the worker has the machine.
       const api = await env.startService({
         ROLE: 'api',
-        LIMIT_MAX_PENDING: '1000000',
-        LIMIT_CREATIONS_PER_MINUTE: '1000000',
-        LIMIT_CONCURRENT_UPLOADS: '1000000',
-        LIMIT_EVENT_STREAMS: '1000000',
-        LIMIT_HELD_REQUESTS: '1000000',
+        ...NO_LIMITS,
       });
       authorization ??= (await createUserWithKey(env.databaseUrl)).authorization;
       const agent = keepAliveAgent(4);
