@@ -103,7 +103,8 @@ export async function runToExit(
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  const [code] = (await once(child, 'exit')) as [number | null];
+  // 'close', not 'exit': the output is whole only once the pipes have closed.
+  const [code] = (await once(child, 'close')) as [number | null];
   clearTimeout(timer);
   return { code, output };
 }

@@ -46,7 +46,8 @@ export async function startService(
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = once(child, 'exit').then(([code]) => code as number | null);
+  // 'close', not 'exit': what the process wrote last is in `output` only once its pipes have closed.
+  const exited = once(child, 'close').then(([code]) => code as number | null);
 
   const service: RunningService = {
     baseUrl: `http://127.0.0.1:${port}`,
@@ -86,7 +87,7 @@ export function runCli(
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  return once(child, 'exit').then(([code]) => ({ code: code as number | null, stdout, stderr }));
+  return once(child, 'close').then(([code]) => ({ code: code as number | null, stdout, stderr }));
 }
 
 /** A user with a fresh key, written straight to the test database (the CLI has tests of its own). */

@@ -1,9 +1,8 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Client, type GenerationTypesBody } from '../../support/client.js';
+import { runToExit } from '../../support/deployment.js';
 import { createTestEnvironment, type TestEnvironment } from '../../support/environment.js';
 import { createUserWithKey, type RunningService, startService } from '../../support/service.js';
 
@@ -18,18 +17,8 @@ const EXAMPLE_ENV = {
 };
 
 /** Starts the built service and resolves with its exit code and output, for a boot that must fail. */
-async function failedBoot(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, [MAIN], {
-    env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-  const [code] = (await once(child, 'exit')) as [number | null];
-  clearTimeout(timer);
-  return { code, output };
+function failedBoot(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  return runToExit(['node', MAIN], { HOST: '127.0.0.1', PORT: '0', ...env }, 20_000);
 }
 
 describe('the routing file at boot', () => {

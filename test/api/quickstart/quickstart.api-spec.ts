@@ -73,7 +73,7 @@ async function start(folder: string, command: string, env: Record<string, string
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = once(child, 'exit');
+  const exited = once(child, 'close');
   const started: Started = {
     baseUrl: `http://127.0.0.1:${port}`,
     env,
@@ -110,7 +110,7 @@ async function runIn(
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const [code] = (await once(child, 'exit')) as [number | null];
+  const [code] = (await once(child, 'close')) as [number | null];
   return { code, stdout, stderr };
 }
 

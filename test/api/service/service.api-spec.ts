@@ -1,10 +1,9 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { STATUS_CODES } from 'node:http';
 import { connect } from 'node:net';
 import { readFile } from 'node:fs/promises';
 import { parse } from 'yaml';
 import { expectMatchesContract } from '../../support/contract.js';
+import { runToExit } from '../../support/deployment.js';
 import { serviceForBlock } from '../../support/service-block.js';
 import { createUserWithKey, freePort, startService } from '../../support/service.js';
 
@@ -13,16 +12,8 @@ const MAIN = new URL('../../../dist/main.js', import.meta.url).pathname;
 const FEEDBACK_PATH = '/user/generation-history/feedback/3f6c1d2e-8a4b-4c7e-9f21-5b0d7e9a1c44';
 
 /** Starts the built service and waits for it to exit on its own (it is expected to refuse to start). */
-async function runUntilExit(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, [MAIN], {
-    env: { PATH: process.env.PATH, HOST: '127.0.0.1', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const [code] = await once(child, 'exit');
-  return { code: code as number | null, output };
+function runUntilExit(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  return runToExit(['node', MAIN], { HOST: '127.0.0.1', ...env });
 }
 
 /** Nothing internal in an error body: no stack frames, no file paths. */
